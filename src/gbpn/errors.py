@@ -1,0 +1,9 @@
+"""User-facing errors: the CLI turns these into a one-line message and a non-zero exit."""
+
+
+class GBPNError(Exception):
+    """Something the user can fix (bad input, missing files, corrupt checkpoint)."""
+
+
+class DatasetNotFoundError(GBPNError):
+    """A dataset's files are not in the data directory and could not be downloaded."""

@@ -1,0 +1,107 @@
+"""Repeated, seeded training trials with a run directory that survives interruption.
+
+A run directory holds ``config.json`` (dataset, split, hyper-parameters,
+library versions), ``metrics.json`` (one entry per finished trial, rewritten
+atomically after each), ``splits/trial_K.npz`` (the boolean masks used) and
+``model.pt`` (the checkpoint of the trial with the best validation accuracy).
+Running again with the same output folder and configuration skips the trials
+already finished.
+"""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from gbpn.data.datasets import load_dataset
+from gbpn.errors import GBPNError
+from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json
+from gbpn.training import TrainConfig, fit, model_args
+
+
+def _summary(trials: list) -> Dict[str, float]:
+    accs = np.array([t["test_accuracy"] for t in trials], dtype=float)
+    return {
+        "test_accuracy_mean": float(accs.mean()) if accs.size else math.nan,
+        "test_accuracy_std": float(accs.std(ddof=1)) if accs.size > 1 else 0.0,
+        "num_trials": int(accs.size),
+    }
+
+
+def run_trials(
+    dataset: str,
+    config: TrainConfig,
+    trials: int = 1,
+    seed: int = 0,
+    output: str | Path = "runs/latest",
+    data_dir: Optional[str] = None,
+    sample: int = 0,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> Dict:
+    """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split).
+
+    Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
+    ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std).
+    """
+    config.validate()
+    if trials < 1:
+        raise GBPNError(f"trials must be at least 1, got {trials}")
+    data = load_dataset(dataset, data_dir, sample=sample, seed=seed)
+    if int((data.y >= 0).sum()) < 3:
+        raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
+    out = Path(output)
+    run_config = {
+        "dataset": data.name,
+        "sample": sample,
+        "seed": seed,
+        "trials": trials,
+        "split": {"kind": "random", "train": config.train_frac, "val": config.val_frac, "seed": "seed + trial"},
+        "graph": {"num_nodes": data.num_nodes, "num_edges": int(data.edge_index.size(1)),
+                  "num_features": data.num_features, "num_classes": int(data.num_classes)},
+        "train": config.to_dict(),
+    }
+    metrics_path = out / "metrics.json"
+    done: list = []
+    if metrics_path.is_file() and (out / "config.json").is_file():
+        previous = read_json(out / "config.json")
+        same = {k: v for k, v in previous.items() if k not in ("trials", "versions")}
+        if same == {k: v for k, v in run_config.items() if k != "trials"}:
+            done = [t for t in read_json(metrics_path)["trials"] if t["trial"] < trials]
+            if done:
+                log(f"resuming {out}: {len(done)} of {trials} trials already finished")
+        else:
+            raise GBPNError(f"{out} holds a run with another configuration; choose a new --output folder")
+    write_json(out / "config.json", {**run_config, "versions": versions()})
+
+    finished = {t["trial"] for t in done}
+    best_val = max((t["val_accuracy"] for t in done), default=-1.0)
+    for trial in range(trials):
+        if trial in finished:
+            continue
+        s = seed + trial
+        res = fit(data, config, seed=s, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
+        train, val, test = res.masks
+        buf = io.BytesIO()
+        np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
+        atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
+        row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
+        if row["val_accuracy"] > best_val:
+            best_val = row["val_accuracy"]
+            save_checkpoint(out / "model.pt", res.model, {
+                "model_args": model_args(data.num_features, int(data.num_classes), config, res.metrics["dropout"]),
+                "variant": config.variant, "dataset": data.name, "sample": sample, "seed": s,
+                "split": {"train": config.train_frac, "val": config.val_frac, "seed": s},
+                "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
+            })
+        done.append(row)
+        done.sort(key=lambda t: t["trial"])
+        write_json(metrics_path, {"trials": done, "summary": _summary(done)})
+        log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f} "
+            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']})")
+    result = {"trials": done, "summary": _summary(done)}
+    write_json(metrics_path, result)
+    return result

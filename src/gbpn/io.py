@@ -1,0 +1,95 @@
+"""Atomic file output, run records and checkpoints."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Tuple
+
+import torch
+
+from gbpn.errors import GBPNError
+
+CHECKPOINT_FORMAT = "gbpn-checkpoint-v1"
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
+    """Write through ``write(fileobj)`` into a temporary file beside ``path``, then rename.
+
+    A crash leaves either the old file or the new one, never half of one.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, sort_keys=False, default=str))
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def versions() -> Dict[str, str]:
+    """Versions of Python and the libraries a result depends on."""
+    import numpy
+    import scipy
+    import sklearn
+    import torch_geometric
+
+    import gbpn
+
+    return {
+        "gbpn": gbpn.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_geometric": torch_geometric.__version__,
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "scikit-learn": sklearn.__version__,
+        "num_threads": str(torch.get_num_threads()),
+    }
+
+
+def save_checkpoint(path: str | Path, model: torch.nn.Module, meta: Dict[str, Any]) -> None:
+    """Save the model's weights with everything needed to rebuild it (``meta['model_args']``)."""
+    payload = {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta}
+    atomic_write(path, lambda fh: torch.save(payload, fh), mode="wb")
+
+
+def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
+    """Rebuild a :class:`~gbpn.nn.GBPN` from :func:`save_checkpoint`'s file; clear errors if it is not one."""
+    from gbpn.nn.model import GBPN
+
+    path = Path(path)
+    if not path.is_file():
+        raise GBPNError(f"checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(err).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise GBPNError(f"{path} is not a gbpn checkpoint (expected format {CHECKPOINT_FORMAT})")
+    try:
+        model = GBPN(**payload["model_args"])
+        model.load_state_dict(payload["state_dict"])
+    except Exception as err:
+        raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {err})") from None
+    model.eval()
+    meta = {k: v for k, v in payload.items() if k != "state_dict"}
+    return model, meta

@@ -1,0 +1,6 @@
+"""Neural building blocks: the BP layer, the coupling and the GBPN model."""
+from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.coupling import Coupling
+from gbpn.nn.model import GBPN, MLP
+
+__all__ = ["BeliefPropagation", "Coupling", "GBPN", "MLP"]

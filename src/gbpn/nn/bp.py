@@ -1,0 +1,163 @@
+"""Differentiable loopy belief propagation in log space."""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from gbpn.nn.coupling import Coupling
+from gbpn.nn.functional import (
+    aggregate,
+    cavity,
+    clamp_log_potential,
+    log_matmul_exp,
+    log_matmul_exp_weighted,
+    log_normalize,
+    reverse_edge_index,
+)
+
+
+class BeliefPropagation(nn.Module):
+    r"""Loopy sum-product belief propagation on a pairwise MRF with a shared coupling.
+
+    With self-potentials :math:`\phi_i` (given as :math:`\log\phi_i`) and the
+    coupling :math:`H` of :class:`~gbpn.nn.coupling.Coupling`, starting from
+    :math:`\log m^{(0)}_{i\to j} = -\log c` and :math:`\log p^{(0)}_i = \log\phi_i`,
+    each step :math:`t = 1, \dots, K` computes for every directed edge :math:`i \to j`
+
+    .. math::
+        \log m^{(t)}_{i\to j}(y_j) &\cong \mathrm{LSE}_{y_i}\big[w_{ij}\log H_{y_i y_j}
+            + \log p^{(t-1)}_i(y_i) - \log m^{(t-1)}_{j\to i}(y_i)\big] \\
+        \log p^{(t)}_i(y_i) &\cong \log\phi_i(y_i) + \sum_{j\in N(i)} \log m^{(t)}_{j\to i}(y_i)
+
+    where :math:`\cong` is equality after log-normalisation over classes, and
+    :math:`w_{ij} = 1` unless ``edge_weight`` is given. With damping
+    :math:`\lambda`, the new message is :math:`(1-\lambda) m^{(t)} + \lambda m^{(t-1)}`.
+
+    Known labels are *evidence*: a node in ``known_mask`` has its belief fixed to
+    the one-hot of its label at every step, so its messages are
+    :math:`\log H_{y_i,\cdot}` normalised. This is exact conditioning of the MRF
+    on those labels and the known nodes stay clamped.
+
+    The message update is a max-shifted exponential and a ``[E, c] @ [c, c]``
+    product (:func:`~gbpn.nn.functional.log_matmul_exp`): memory per step is
+    :math:`O(E\,c)`, never :math:`O(E\,c^2)`.
+
+    Args:
+        num_classes (int): number of classes :math:`c`.
+        num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
+        damping (float, optional): :math:`\lambda \in [0, 1)`. (default: ``0.0``)
+        tol (float, optional): stop early once the largest change of any belief
+            (L1 over classes) is below ``tol``; ``None`` always runs ``K`` steps.
+            (default: ``None``)
+        learn_coupling (bool, optional): learn :math:`H` or keep it fixed.
+            (default: ``True``)
+        coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
+
+    Shapes:
+        - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
+          (symmetric, no duplicates), ``rev_index`` ``[E]`` (optional),
+          ``edge_weight`` ``[E]`` (optional, symmetric), ``known_labels`` ``[N]``
+          and ``known_mask`` ``[N]`` (optional)
+        - **output:** normalised log-beliefs ``[N, c]`` (and the per-step
+          residuals ``[K']`` if ``return_residuals``)
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        num_steps: int = 5,
+        damping: float = 0.0,
+        tol: Optional[float] = None,
+        learn_coupling: bool = True,
+        coupling_init: Optional[Tensor] = None,
+    ):
+        super().__init__()
+        if num_steps < 0:
+            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        if not 0.0 <= damping < 1.0:
+            raise ValueError(f"damping must be in [0, 1), got {damping}")
+        self.num_classes = num_classes
+        self.num_steps = num_steps
+        self.damping = damping
+        self.tol = tol
+        self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.coupling.reset_parameters()
+
+    @property
+    def H(self) -> Tensor:
+        return self.coupling.H
+
+    @property
+    def log_H(self) -> Tensor:
+        return self.coupling.log_H
+
+    def forward(
+        self,
+        log_self: Tensor,
+        edge_index: Tensor,
+        rev_index: Optional[Tensor] = None,
+        edge_weight: Optional[Tensor] = None,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        return_residuals: bool = False,
+    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        num_nodes, c = log_self.shape
+        if c != self.num_classes:
+            raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
+        steps = self.num_steps if num_steps is None else num_steps
+        src, dst = edge_index[0], edge_index[1]
+        if rev_index is None:
+            rev_index = reverse_edge_index(edge_index, num_nodes)
+        log_H = self.coupling.log_H.to(log_self.dtype)
+
+        clamp = None
+        if known_mask is not None and bool(known_mask.any()):
+            if known_labels is None:
+                raise ValueError("known_mask given without known_labels")
+            clamp = clamp_log_potential(known_labels[known_mask], c, log_self.dtype)
+            known_idx = known_mask.nonzero().view(-1)
+
+        def pin(log_belief: Tensor) -> Tensor:
+            if clamp is None:
+                return log_belief
+            return log_belief.index_put((known_idx,), clamp)
+
+        log_self = pin(log_normalize(log_self))
+        log_belief = log_self
+        log_msg = log_self.new_full((src.numel(), c), -math.log(c))
+        residuals: List[Tensor] = []
+        for _ in range(steps):
+            v = cavity(log_belief, log_msg, src, rev_index)
+            if edge_weight is None:
+                new = log_matmul_exp(v, log_H)
+            else:
+                new = log_matmul_exp_weighted(v, log_H, edge_weight)
+            new = log_normalize(new)
+            if self.damping > 0:
+                new = log_normalize(
+                    torch.logaddexp(new + math.log1p(-self.damping), log_msg + math.log(self.damping))
+                )
+            log_msg = new
+            prev = log_belief
+            log_belief = pin(aggregate(log_self, log_msg, dst))
+            if return_residuals or self.tol is not None:
+                res = (log_belief.detach().exp() - prev.detach().exp()).abs().sum(-1).amax() if num_nodes else log_belief.new_zeros(())
+                residuals.append(res)
+                if self.tol is not None and float(res) < self.tol:
+                    break
+        if return_residuals:
+            return log_belief, torch.stack(residuals) if residuals else log_self.new_zeros(0)
+        return log_belief
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "
+            f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable})"
+        )
