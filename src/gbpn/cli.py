@@ -92,7 +92,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.training import predict
 
     model, meta = load_checkpoint(args.checkpoint)
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, seed=meta.get("seed", 0))
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample)
     if data.num_features != model.in_channels:
         raise GBPNError(f"the graph has {data.num_features} features per node but the checkpoint expects "
                         f"{model.in_channels}")

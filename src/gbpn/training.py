@@ -45,6 +45,7 @@ class TrainConfig:
     damping: float = 0.0
     learn_coupling: bool = True
     coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
+    coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
     train_frac: float = 0.3
     val_frac: float = 0.2
 
@@ -55,6 +56,8 @@ class TrainConfig:
             raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.coupling_init not in ("uniform", "empirical"):
+            raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
         if not 0 <= self.warmup <= 1:
             raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
 
@@ -101,6 +104,20 @@ def accuracy(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
     if not bool(mask.any()):
         return float("nan")
     return float((log_belief[mask].argmax(-1) == y[mask]).float().mean())
+
+
+def empirical_coupling(edge_index: Tensor, y: Tensor, mask: Tensor, num_classes: int) -> Tensor:
+    r"""Coupling estimated from the edges whose two ends are both in ``mask``:
+    :math:`H_{ab} = P(a, b) / (P(a) P(b))` (pointwise mutual information, add-one smoothed).
+    """
+    both = mask[edge_index[0]] & mask[edge_index[1]]
+    a, b = y[edge_index[0, both]], y[edge_index[1, both]]
+    counts = torch.ones(num_classes, num_classes, dtype=torch.float64)
+    counts.index_put_((a, b), torch.ones(a.numel(), dtype=torch.float64), accumulate=True)
+    joint = counts / counts.sum()
+    marg = joint.sum(1)
+    H = joint / (marg.unsqueeze(1) * marg.unsqueeze(0))
+    return (0.5 * (H + H.T)).float()
 
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float) -> Dict:
@@ -168,6 +185,9 @@ def fit(
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(getattr(data, "name", ""))
     model = GBPN(**model_args(data.num_features, num_classes, config, dropout))
+    if config.coupling_init == "empirical":
+        with torch.no_grad():
+            model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, train_mask, num_classes).log())
     coupling_params = list(model.bp.coupling.parameters())
     other = [p for n, p in model.named_parameters() if not n.startswith("bp.coupling.")]
     opt = torch.optim.AdamW(

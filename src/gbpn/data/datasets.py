@@ -236,7 +236,7 @@ def load_dataset(
         name: dataset name, or a folder in the :func:`load_byo` format.
         data_dir: where raw files live (default: ``$GBPN_DATA`` or ``~/.cache/gbpn/data``).
         sample: which label sample of a synthetic grid (0..9).
-        seed: seed of the MRF sampler for generated ``synth-*`` grids.
+        seed: seed of the MRF sampler for generated ``synth-*`` grids (fixed per data set, not per trial).
     """
     key = ALIASES.get(name.lower(), name.lower())
     root = data_root(data_dir)

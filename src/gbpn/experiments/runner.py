@@ -50,7 +50,7 @@ def run_trials(
     config.validate()
     if trials < 1:
         raise GBPNError(f"trials must be at least 1, got {trials}")
-    data = load_dataset(dataset, data_dir, sample=sample, seed=seed)
+    data = load_dataset(dataset, data_dir, sample=sample)
     if int((data.y >= 0).sum()) < 3:
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
     out = Path(output)

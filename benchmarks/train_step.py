@@ -1,0 +1,111 @@
+"""Seconds per full-batch GBPN training step (forward + backward + AdamW, K = 5, transductive) and peak memory.
+
+Each (dataset, threads, kernel) cell runs in its own process so that peak RSS is its own.
+``lean`` is the library's kernel; ``plain`` swaps in the E x c x c log-sum-exp form, measured
+in the same run as the in-run baseline. The reference implementation's figures are those
+quoted in issue #2 (measured on this machine with ``taskset -c 0``, ``OMP_NUM_THREADS=1``).
+
+    python benchmarks/train_step.py [--datasets cora citeseer ...] [--steps 60] [--warmup 10]
+
+Needs GBPN_DATA (or --data-dir) for the real datasets.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+REFERENCE_1T = {"cora": 0.256, "citeseer": 0.523, "election": 0.127, "sexual": 0.035, "ising+": 0.048}
+
+
+def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | None) -> dict:
+    import torch
+
+    import gbpn.nn.bp as bp
+    from gbpn.data import load_dataset, random_split
+    from gbpn.nn.functional import log_matmul_exp_dense
+    from gbpn.training import TrainConfig, degree_temperature, default_dropout, marginal_nll, model_args, prepare_features
+    from gbpn.nn import GBPN
+
+    if kernel == "plain":
+        bp.log_matmul_exp = log_matmul_exp_dense
+    data = load_dataset(dataset, data_dir)
+    cfg = TrainConfig()
+    torch.manual_seed(0)
+    model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, default_dropout(dataset)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
+    x = prepare_features(data.x)
+    train, _, _ = random_split(data.y, seed=0)
+    train_idx = train.nonzero().view(-1)
+    alpha = degree_temperature(data.edge_index, data.num_nodes)
+    gen = torch.Generator().manual_seed(0)
+    times = []
+    model.train()
+    for it in range(warmup + steps):
+        t0 = time.perf_counter()
+        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
+        known = torch.zeros_like(train)
+        known[perm[: perm.numel() // 2]] = True
+        loss_idx = perm[perm.numel() // 2 :]
+        out = model(x, data.edge_index, data.rev_index, known_labels=data.y, known_mask=known)
+        loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if it >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {
+        "seconds_per_step": statistics.median(times),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", nargs="+", default=list(REFERENCE_1T))
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--threads", nargs="+", default=["1", "default"])
+    ap.add_argument("--child", nargs=3, metavar=("DATASET", "KERNEL", "THREADS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        ds, kernel, threads = args.child
+        if threads != "default":
+            import torch
+
+            torch.set_num_threads(int(threads))
+        print(json.dumps(measure(ds, kernel, args.steps, args.warmup, args.data_dir)))
+        return
+
+    print(f"{'dataset':<10} {'threads':>7} {'lean s/step':>12} {'plain s/step':>13} {'plain/lean':>10} "
+          f"{'ref s/step':>10} {'ref/lean':>9} {'lean MB':>8} {'plain MB':>9}")
+    for ds in args.datasets:
+        for threads in args.threads:
+            row = {}
+            for kernel in ("lean", "plain"):
+                env = dict(os.environ)
+                cmd = [sys.executable, __file__, "--child", ds, kernel, threads, "--steps", str(args.steps),
+                       "--warmup", str(args.warmup)] + (["--data-dir", args.data_dir] if args.data_dir else [])
+                if threads == "1":
+                    env["OMP_NUM_THREADS"] = "1"
+                    cmd = ["taskset", "-c", "0"] + cmd
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                row[kernel] = json.loads(out.stdout.strip().splitlines()[-1])
+            lean, plain = row["lean"], row["plain"]
+            ref = REFERENCE_1T.get(ds) if threads == "1" else None
+            print(f"{ds:<10} {lean['threads']:>7} {lean['seconds_per_step']:>12.4f} {plain['seconds_per_step']:>13.4f} "
+                  f"{plain['seconds_per_step'] / lean['seconds_per_step']:>10.2f} "
+                  f"{(f'{ref:.3f}' if ref else '-'):>10} "
+                  f"{(f'{ref / lean['seconds_per_step']:.1f}x' if ref else '-'):>9} "
+                  f"{lean['peak_rss_mb']:>8.0f} {plain['peak_rss_mb']:>9.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+import numpy as np
+import pytest
+import torch
+
+from gbpn.data import load_byo, load_dataset, random_split
+from gbpn.data.graph import clean_graph
+from gbpn.errors import DatasetNotFoundError, GBPNError
+from torch_geometric.data import Data
+
+# name: (nodes, directed edges, features, classes)
+KNOWN = {
+    "cora": (2708, 10556, 1433, 7),
+    "citeseer": (3327, 9104, 3703, 6),
+    "election": (3105, 45110, 9, 2),
+    "sexual": (1888, 4192, 20, 2),
+    "ising+": (2601, 10200, 2, 2),
+    "ising-": (2601, 10200, 2, 2),
+    "mrf+": (2601, 10200, 2, 3),
+    "mrf-": (2601, 10200, 2, 3),
+}
+
+
+@pytest.mark.parametrize("name", list(KNOWN))
+def test_loader_counts(name, data_dir):
+    d = load_dataset(name, data_dir)
+    assert (d.num_nodes, d.edge_index.size(1), d.num_features, d.num_classes) == KNOWN[name]
+    assert int(d.y.min()) >= 0 and int(d.y.max()) == d.num_classes - 1
+    assert torch.equal(d.edge_index[:, d.rev_index], d.edge_index.flip(0))
+
+
+def test_election_labels_and_standardised_features(data_dir):
+    d = load_dataset("election", data_dir)
+    raw = np.loadtxt(f"{data_dir}/gbpn/county_facebook/dat.csv", delimiter=",", skiprows=1)
+    assert torch.equal(d.y, torch.from_numpy((raw[:, 9] > raw[:, 10]).astype(np.int64)))
+    torch.testing.assert_close(d.x.mean(0), torch.zeros(9), atol=1e-4, rtol=0)
+    torch.testing.assert_close(d.x.std(0, unbiased=False), torch.ones(9), atol=1e-4, rtol=0)
+
+
+def test_reference_grid_samples_differ(data_dir):
+    a, b = load_dataset("ising+", data_dir, sample=0), load_dataset("ising+", data_dir, sample=9)
+    assert not torch.equal(a.y, b.y)
+    with pytest.raises(GBPNError, match="sample"):
+        load_dataset("ising+", data_dir, sample=10)
+
+
+def test_read_only_data_dir_is_not_written(data_dir, tmp_path, monkeypatch):
+    import os
+    import stat
+    src = tmp_path / "ro"
+    (src / "planetoid" / "Cora").mkdir(parents=True)
+    import shutil
+    shutil.copytree(f"{data_dir}/planetoid/Cora/raw", src / "planetoid" / "Cora" / "raw")
+    for p in [src, *src.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    before = sorted(str(p) for p in src.rglob("*"))
+    d = load_dataset("cora", str(src))
+    assert d.num_nodes == 2708
+    assert sorted(str(p) for p in src.rglob("*")) == before  # no processed/ written there
+    for p in [src, *src.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+
+
+def test_missing_dataset_names_the_folder_and_files(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="county_facebook.*adj.csv"):
+        load_dataset("election", str(tmp_path))
+
+
+def test_unknown_dataset_lists_the_choices():
+    with pytest.raises(GBPNError, match="unknown dataset 'nope'.*cora"):
+        load_dataset("nope")
+
+
+def test_generated_grid_needs_no_files(tmp_path):
+    d = load_dataset("synth-ising+", str(tmp_path))
+    assert (d.num_nodes, d.edge_index.size(1), d.num_classes) == (2601, 10200, 2)
+    assert d.true_H.shape == (2, 2)
+
+
+def _write_byo(folder, edges, x, y=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savetxt(folder / "edges.csv", np.asarray(edges), fmt="%d", delimiter=",", header="source,target", comments="")
+    np.savetxt(folder / "features.csv", np.asarray(x), delimiter=",")
+    if y is not None:
+        np.savetxt(folder / "labels.csv", np.asarray(y), fmt="%d")
+
+
+def test_bring_your_own_graph_is_cleaned(tmp_path):
+    # one direction only, a duplicate and a self-loop; node 4 isolated; node 3 unlabelled
+    _write_byo(tmp_path / "g", [[0, 1], [1, 0], [1, 2], [2, 2], [2, 3]], np.random.rand(5, 3), [0, 1, 2, -1, 1])
+    d = load_dataset(str(tmp_path / "g"))
+    assert d.num_nodes == 5 and d.num_classes == 3 and d.edge_index.size(1) == 6
+    assert torch.equal(d.edge_index[:, d.rev_index], d.edge_index.flip(0))
+    tr, va, te = random_split(d.y, seed=0)
+    assert not (tr | va | te)[3]  # unknown labels are never in a split
+
+
+@pytest.mark.parametrize(
+    "edges,x,y,match",
+    [
+        ([[0, 1]], [[1.0], [float("nan")]], [0, 1], "NaN"),
+        ([[0, 5]], [[1.0], [2.0]], [0, 1], "outside"),
+        ([[0, 1]], [[1.0], [2.0]], [0, 1, 1], "length 2"),
+        ([[0, 1]], [[1.0], [2.0]], [0, -3], "labels must lie"),
+    ],
+)
+def test_bad_byo_input_is_a_clear_error(tmp_path, edges, x, y, match):
+    _write_byo(tmp_path / "g", edges, x, y)
+    with pytest.raises(GBPNError, match=match):
+        load_dataset(str(tmp_path / "g"))
+
+
+def test_byo_missing_features(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "edges.csv").write_text("0,1\n")
+    with pytest.raises(DatasetNotFoundError, match="features.csv"):
+        load_byo(tmp_path / "g")
+
+
+def test_empty_graph_is_rejected(tmp_path):
+    (tmp_path / "g").mkdir()
+    np.save(tmp_path / "g" / "features.npy", np.zeros((0, 3), dtype=np.float32))
+    np.save(tmp_path / "g" / "edges.npy", np.zeros((0, 2), dtype=np.int64))
+    with pytest.raises(GBPNError, match="empty"):
+        load_dataset(str(tmp_path / "g"))
+
+
+def test_clean_graph_averages_duplicate_edge_weights():
+    d = Data(x=torch.zeros(3, 1), edge_index=torch.tensor([[0, 1, 0, 1], [1, 0, 1, 2]]),
+             edge_weight=torch.tensor([1.0, 3.0, 2.0, 4.0]))
+    out = clean_graph(d)
+    w = {(int(a), int(b)): float(v) for a, b, v in zip(*out.edge_index, out.edge_weight)}
+    assert w[(1, 2)] == w[(2, 1)] == 4.0
+    assert w[(0, 1)] == w[(1, 0)] == 2.0
+
+
+def test_split_is_seeded_and_disjoint():
+    y = torch.arange(100) % 3
+    a, b = random_split(y, seed=1), random_split(y, seed=1)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    tr, va, te = a
+    assert (tr.int() + va.int() + te.int() == 1).all()
+    assert (int(tr.sum()), int(va.sum()), int(te.sum())) == (30, 20, 50)
+    assert not torch.equal(random_split(y, seed=2)[0], tr)
