@@ -129,3 +129,21 @@ def test_console_script_runs_as_a_process(tmp_path):
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gbpn.cli"]
     proc = subprocess.run(cmd + ["train", "--dataset", "nope"], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "features,labels,match",
+    [
+        ([[1.0], [float("nan")], [0.0]], [0, 1, 0], "NaN"),
+        ([[1.0], [2.0], [0.0]], [0, 1, 9, 0], "length 3"),
+        ([[1.0], [2.0], [0.0]], [0, -2, 1], "labels must lie"),
+    ],
+)
+def test_train_rejects_bad_graph_files_in_one_line(tmp_path, capsys, features, labels, match):
+    g = tmp_path / "g"
+    g.mkdir()
+    np.savetxt(g / "edges.csv", np.array([[0, 1], [1, 2]]), fmt="%d", delimiter=",")
+    np.savetxt(g / "features.csv", np.array(features), delimiter=",")
+    np.savetxt(g / "labels.csv", np.array(labels), fmt="%d")
+    code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and match in err and err.count("\n") == 1

@@ -58,6 +58,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", "-K", dest="num_steps", type=int, default=None, help="BP steps (default: as trained)")
     p.add_argument("--output", default="predictions.csv", help="CSV to write (default: predictions.csv)")
 
+    b = sub.add_parser("benchmark", help="grid of models x datasets x trials, resumable, with a Markdown table")
+    b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
+                   help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
+    b.add_argument("--quick", action="store_true", help="2 trials of 100 epochs: a smoke run of a few minutes")
+    b.add_argument("--models", nargs="+", default=None, help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs)")
+    b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
+    b.add_argument("--trials", type=int, default=10, help="free grid: trials per cell (default: 10)")
+    b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
+    b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
+    b.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA)")
+    b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    m = sub.add_parser("sample-mrf", help="sample a synthetic grid MRF data set into the bring-your-own format")
+    m.add_argument("--kind", choices=["ising+", "ising-", "mrf+", "mrf-"], default="ising+")
+    m.add_argument("--size", type=int, default=51, help="grid side n (n x n nodes; default: 51)")
+    m.add_argument("--coupling", type=float, nargs="+", default=None,
+                   help="coupling H row by row (c*c positive numbers; default: the kind's documented default)")
+    m.add_argument("--samples", type=int, default=10, help="label samples to draw (default: 10)")
+    m.add_argument("--sample", type=int, default=0, help="which sample becomes labels.csv (default: 0)")
+    m.add_argument("--burn-in", type=int, default=1000, help="sweeps discarded first (default: 1000)")
+    m.add_argument("--thin", type=int, default=100, help="sweeps between samples (default: 100)")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--output", required=True, help="folder to write edges.csv, features.csv, labels.csv into")
+
     c = sub.add_parser("coupling", help="print the learned coupling H and save it as a heatmap")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
     c.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
@@ -137,7 +163,65 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _cmd_train, "predict": _cmd_predict, "coupling": _cmd_coupling}
+def _cmd_benchmark(args: argparse.Namespace) -> int:
+    from gbpn.experiments.benchmark import run_grid, run_preset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if args.preset:
+        output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
+        table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
+                           progress=not args.quiet, log=log)
+    else:
+        if not args.models or not args.datasets:
+            raise GBPNError("give --preset, or both --models and --datasets for a free grid")
+        trials, epochs = (2, 100) if args.quick else (args.trials, args.epochs)
+        output = args.output or "runs/benchmark"
+        table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
+                         data_dir=args.data_dir, progress=not args.quiet, log=log)
+    print(table, end="")
+    print(f"rows, results.csv and table.md in {output}")
+    return 0
+
+
+def _cmd_sample_mrf(args: argparse.Namespace) -> int:
+    from gbpn.data.mrf import make_synthetic
+    from gbpn.io import atomic_write, write_json
+
+    coupling = None
+    if args.coupling is not None:
+        c = int(round(len(args.coupling) ** 0.5))
+        if c * c != len(args.coupling) or min(args.coupling) <= 0:
+            raise GBPNError("--coupling needs c*c positive numbers (the matrix row by row)")
+        coupling = torch.tensor(args.coupling, dtype=torch.float64).view(c, c)
+        want = 2 if args.kind.startswith("ising") else 3
+        if c != want or not torch.allclose(coupling, coupling.T):
+            raise GBPNError(f"--coupling for {args.kind} must be a symmetric {want}x{want} matrix")
+    data = make_synthetic(args.kind, n=args.size, coupling=coupling, num_samples=args.samples, sample=args.sample,
+                          burn_in=args.burn_in, thin=args.thin, seed=args.seed)
+    out = Path(args.output)
+    und = data.edge_index[:, data.edge_index[0] < data.edge_index[1]].T.numpy()
+
+    def table(arr, fmt, header):
+        buf = io.StringIO()
+        np.savetxt(buf, arr, fmt=fmt, delimiter=",", header=header, comments="")
+        return buf.getvalue()
+
+    atomic_write(out / "edges.csv", lambda fh: fh.write(table(und, "%d", "source,target")))
+    atomic_write(out / "features.csv", lambda fh: fh.write(table(data.x.numpy(), "%.6f", "r1,r2")))
+    atomic_write(out / "labels.csv", lambda fh: fh.write(table(data.y.numpy(), "%d", "label")))
+    atomic_write(out / "label_samples.csv", lambda fh: fh.write(
+        table(data.y_samples.T.numpy(), "%d", ",".join(f"sample_{k}" for k in range(args.samples)))))
+    write_json(out / "mrf.json", {"kind": args.kind, "size": args.size, "coupling": data.true_H.tolist(),
+                                   "samples": args.samples, "sample": args.sample, "burn_in": args.burn_in,
+                                   "thin": args.thin, "seed": args.seed})
+    print(f"wrote a {args.size}x{args.size} {args.kind} grid ({data.num_nodes} nodes) to {out}")
+    return 0
+
+
+COMMANDS = {"train": _cmd_train, "predict": _cmd_predict, "coupling": _cmd_coupling,
+            "benchmark": _cmd_benchmark, "sample-mrf": _cmd_sample_mrf}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -27,6 +27,10 @@ from gbpn.errors import DatasetNotFoundError, GBPNError
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 COAUTHOR = {"cs": "CS", "physics": "Physics"}
+WIKIPEDIA = ("chameleon", "squirrel")
+# Platonov et al. (2023) npz files; the filtered ones drop duplicate nodes that leak across splits.
+YANDEX = {"chameleon-filtered": "chameleon_filtered", "squirrel-filtered": "squirrel_filtered",
+          "chameleon-yandex": "chameleon", "squirrel-yandex": "squirrel"}
 REFERENCE_GRIDS = SYNTHETIC_KINDS
 ALIASES = {"county_facebook": "election", "sexual_interaction": "sexual"}
 
@@ -42,7 +46,8 @@ def cache_root() -> Path:
 
 def available_datasets() -> List[str]:
     return (
-        list(PLANETOID) + list(COAUTHOR) + ["election", "sexual"] + list(REFERENCE_GRIDS)
+        list(PLANETOID) + list(COAUTHOR) + list(WIKIPEDIA) + list(YANDEX) + ["election", "sexual"]
+        + list(REFERENCE_GRIDS)
         + [f"synth-{k}" for k in SYNTHETIC_KINDS]
     )
 
@@ -103,6 +108,30 @@ def _coauthor(key: str, root: Path) -> Data:
     name = COAUTHOR[key]
     files = [f"ms_academic_{'cs' if key == 'cs' else 'phy'}.npz"]
     return _pyg(lambda r: Coauthor(r, name), root, f"coauthor/{name}", key, files)
+
+
+def _wikipedia(key: str, root: Path) -> Data:
+    from torch_geometric.datasets import WikipediaNetwork
+
+    files = ["out1_graph_edges.txt", "out1_node_feature_label.txt"] + [f"{key}_split_0.6_0.2_{k}.npz" for k in range(10)]
+    data = _pyg(lambda r: WikipediaNetwork(r, key, geom_gcn_preprocess=True), root,
+                f"wikipedia_network/{key}/geom_gcn", key, files)
+    # the 10 public splits (columns of the [N, 10] masks) as [3, 10, N]
+    data.public_splits = torch.stack([data.train_mask.T, data.val_mask.T, data.test_mask.T])
+    del data.train_mask, data.val_mask, data.test_mask
+    return data
+
+
+def _yandex(key: str, root: Path) -> Data:
+    folder = root / "yandex_npz"
+    fname = YANDEX[key] + ".npz"
+    _require(folder, [fname], key)
+    z = np.load(folder / fname)
+    data = Data(x=torch.from_numpy(z["node_features"]).float(), y=torch.from_numpy(z["node_labels"]).long(),
+                edge_index=torch.from_numpy(z["edges"].T.astype(np.int64)))
+    data.num_classes = int(z["node_labels"].max()) + 1
+    data.public_splits = torch.from_numpy(np.stack([z["train_masks"], z["val_masks"], z["test_masks"]])).bool()
+    return data
 
 
 def _require(folder: Path, files: Sequence[str], name: str) -> None:
@@ -244,6 +273,10 @@ def load_dataset(
         data = _planetoid(key, root)
     elif key in COAUTHOR:
         data = _coauthor(key, root)
+    elif key in WIKIPEDIA:
+        data = _wikipedia(key, root)
+    elif key in YANDEX:
+        data = _yandex(key, root)
     elif key == "election":
         data = _election(root)
     elif key == "sexual":
