@@ -44,7 +44,7 @@ from torch_geometric.nn import GCNConv
 from tqdm.auto import tqdm
 
 from gbpn.baselines.gnn import GCN
-from gbpn.baselines.training import Masks, better, soft_cross_entropy, split_metrics
+from gbpn.baselines.training import Masks, better, feature_dropout, soft_cross_entropy, split_metrics
 from gbpn.errors import GBPNError
 
 DRAWS = ("sample", "max", "expect")
@@ -73,8 +73,8 @@ class NeighbourLabelNet(nn.Module):
         self.lin.reset_parameters()
 
     def forward(self, y: Tensor, edge_index: Tensor) -> Tensor:
-        h = F.relu(self.conv(F.dropout(y, self.dropout, self.training), edge_index))
-        return self.lin(F.dropout(h, self.dropout, self.training))
+        h = F.relu(self.conv(feature_dropout(y, self.dropout, self.training), edge_index))
+        return self.lin(feature_dropout(h, self.dropout, self.training))
 
 
 class GMNN(nn.Module):

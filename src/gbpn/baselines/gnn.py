@@ -65,7 +65,7 @@ class GCN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         h = F.relu(self.conv1(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(F.dropout(h, self.dropout, self.training), edge_index)
+        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
 
 
 class SAGE(nn.Module):
@@ -113,7 +113,7 @@ class SAGE(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         h = F.relu(self.first_layer(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(F.dropout(h, self.dropout, self.training), edge_index)
+        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
 
 
 class GAT(nn.Module):
@@ -142,4 +142,4 @@ class GAT(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
         h = F.relu(self.conv1(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(F.dropout(h, self.dropout, self.training), edge_index)
+        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)

@@ -16,17 +16,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from gbpn.nn.model import sparse_dropout
+from gbpn.nn.model import dropout as _dropout
 from gbpn.training import accuracy
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
 
 def feature_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Dropout that also accepts sparse COO features (only stored values are dropped)."""
-    if x.is_sparse:
-        return sparse_dropout(x, p, training)
-    return F.dropout(x, p, training)
+    """Inverted dropout (:func:`gbpn.nn.model.dropout`) that also accepts sparse COO features
+    (only stored values are dropped)."""
+    return _dropout(x, p, training)
 
 
 def soft_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
