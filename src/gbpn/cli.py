@@ -146,8 +146,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_coupling(args: argparse.Namespace) -> int:
+    from gbpn.experiments.coupling import compare_couplings, plot_couplings, save_coupling_csv
     from gbpn.io import load_checkpoint
-    from gbpn.plots import plot_coupling
 
     model, meta = load_checkpoint(args.checkpoint)
     H = model.bp.coupling.normalized().numpy()
@@ -157,9 +157,18 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
     print(" " * width + "".join(f"{n:>{width}}" for n in names))
     for n, row in zip(names, H):
         print(f"{n:>{width}}" + "".join(f"{v:>{width}.3f}" for v in row))
-    out = args.output or str(Path(args.checkpoint).with_name("coupling.png"))
-    plot_coupling(H, out, names, title=f"coupling H: {meta.get('dataset', '')}")
-    print(f"heatmap saved to {out}")
+    out = Path(args.output or Path(args.checkpoint).with_name("coupling.png"))
+    panels = {f"learned ({meta.get('variant', '')})": H}
+    true_H = meta.get("true_coupling")
+    if true_H is not None:
+        true_H = np.asarray(true_H)
+        panels = {"true": true_H, **panels}
+        cmp = compare_couplings(H, true_H)
+        print(f"against the true coupling (scale removed): relative error {cmp['relative_error']:.3f}, "
+              f"correlation {cmp['correlation']:.3f}")
+    plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+    save_coupling_csv(out.with_suffix(".csv"), H, names)
+    print(f"heatmap saved to {out}, values to {out.with_suffix('.csv')}")
     return 0
 
 

@@ -96,6 +96,7 @@ def run_trials(
                 "variant": config.variant, "dataset": data.name, "sample": sample, "seed": s,
                 "split": {"train": config.train_frac, "val": config.val_frac, "seed": s},
                 "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
+                "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
             })
         done.append(row)
         done.sort(key=lambda t: t["trial"])
