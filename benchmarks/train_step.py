@@ -1,8 +1,9 @@
 """Seconds per full-batch GBPN training step (forward + backward + AdamW, K = 5, transductive) and peak memory.
 
 Each (dataset, threads, kernel) cell runs in its own process so that peak RSS is its own.
-``lean`` is the library's kernel; ``plain`` swaps in the E x c x c log-sum-exp form, measured
-in the same run as the in-run baseline. The reference implementation's figures are those
+``lean`` is the library's kernel (float32 throughout); ``plain`` swaps in the E x c x c
+log-sum-exp form, measured in the same run as the in-run baseline; ``bf16`` is the lean kernel
+with the MLP's hidden layers in bfloat16 (``--precision bf16``; BP stays float32). The reference implementation's figures are those
 quoted in issue #2 (measured on this machine with ``taskset -c 0``, ``OMP_NUM_THREADS=1``).
 
     python benchmarks/train_step.py [--datasets cora citeseer ...] [--steps 60] [--warmup 10]
@@ -28,14 +29,14 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
 
     import gbpn.nn.bp as bp
     from gbpn.data import load_dataset, random_split
-    from gbpn.nn.functional import log_matmul_exp_dense
+    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
     from gbpn.training import TrainConfig, degree_temperature, default_dropout, marginal_nll, model_args, prepare_features
     from gbpn.nn import GBPN
 
     if kernel == "plain":
-        bp.log_matmul_exp = log_matmul_exp_dense
+        bp.normalized_message = lambda v, log_H: log_normalize(log_matmul_exp_dense(v, log_H))
     data = load_dataset(dataset, data_dir)
-    cfg = TrainConfig()
+    cfg = TrainConfig(precision="bf16" if kernel == "bf16" else "fp32")
     torch.manual_seed(0)
     model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, default_dropout(dataset)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
@@ -85,11 +86,11 @@ def main() -> None:
         return
 
     print(f"{'dataset':<10} {'threads':>7} {'lean s/step':>12} {'plain s/step':>13} {'plain/lean':>10} "
-          f"{'ref s/step':>10} {'ref/lean':>9} {'lean MB':>8} {'plain MB':>9}")
+          f"{'ref s/step':>10} {'ref/lean':>9} {'bf16 s/step':>12} {'ref/bf16':>9} {'lean MB':>8} {'plain MB':>9}")
     for ds in args.datasets:
         for threads in args.threads:
             row = {}
-            for kernel in ("lean", "plain"):
+            for kernel in ("lean", "plain", "bf16"):
                 env = dict(os.environ)
                 cmd = [sys.executable, __file__, "--child", ds, kernel, threads, "--steps", str(args.steps),
                        "--warmup", str(args.warmup)] + (["--data-dir", args.data_dir] if args.data_dir else [])
@@ -98,12 +99,14 @@ def main() -> None:
                     cmd = ["taskset", "-c", "0"] + cmd
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 row[kernel] = json.loads(out.stdout.strip().splitlines()[-1])
-            lean, plain = row["lean"], row["plain"]
+            lean, plain, bf16 = row["lean"], row["plain"], row["bf16"]
             ref = REFERENCE_1T.get(ds) if threads == "1" else None
+            ref_txt = f"{ref:.3f}" if ref else "-"
+            speedup = f"{ref / lean['seconds_per_step']:.1f}x" if ref else "-"
+            speedup_bf16 = f"{ref / bf16['seconds_per_step']:.1f}x" if ref else "-"
             print(f"{ds:<10} {lean['threads']:>7} {lean['seconds_per_step']:>12.4f} {plain['seconds_per_step']:>13.4f} "
                   f"{plain['seconds_per_step'] / lean['seconds_per_step']:>10.2f} "
-                  f"{(f'{ref:.3f}' if ref else '-'):>10} "
-                  f"{(f'{ref / lean['seconds_per_step']:.1f}x' if ref else '-'):>9} "
+                  f"{ref_txt:>10} {speedup:>9} {bf16['seconds_per_step']:>12.4f} {speedup_bf16:>9} "
                   f"{lean['peak_rss_mb']:>8.0f} {plain['peak_rss_mb']:>9.0f}", flush=True)
 
 

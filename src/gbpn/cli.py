@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-degree-weight", action="store_true", help="plain NLL instead of the d^-1/2 re-weighted one")
     t.add_argument("--warmup", type=float, default=0.0, help="fraction of epochs trained without BP first (default: 0)")
     t.add_argument("--damping", type=float, default=0.0, help="BP message damping in [0, 1) (default: 0)")
+    t.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="MLP hidden layers in float32 or bfloat16 (BP is always float32; default: fp32)")
     t.add_argument("--trials", type=int, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -100,6 +102,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, dropout=args.dropout,
         epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr, weight_decay=args.weight_decay,
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
+        precision=args.precision,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"

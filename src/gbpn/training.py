@@ -46,6 +46,7 @@ class TrainConfig:
     learn_coupling: bool = True
     coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
     coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
+    precision: str = "fp32"  # "bf16": MLP hidden layers in bfloat16 (BP stays float32)
     train_frac: float = 0.3
     val_frac: float = 0.2
 
@@ -56,6 +57,8 @@ class TrainConfig:
             raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.precision not in ("fp32", "bf16"):
+            raise GBPNError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.coupling_init not in ("uniform", "empirical"):
             raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
         if not 0 <= self.warmup <= 1:
@@ -131,6 +134,7 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         "num_steps": config.num_steps,
         "damping": config.damping,
         "learn_coupling": config.learn_coupling,
+        "precision": config.precision,
     }
 
 

@@ -84,3 +84,15 @@ def test_clamp_log_potential_is_one_hot_in_log_space():
     out = clamp_log_potential(torch.tensor([2, 0]), 3)
     assert torch.equal(out.argmax(1), torch.tensor([2, 0]))
     assert torch.allclose(out.exp().sum(1), torch.ones(2))
+
+
+def test_fused_normalized_message_equals_composition_in_value_and_gradient():
+    from gbpn.nn.functional import normalized_message
+
+    g = torch.Generator().manual_seed(2)
+    v = (torch.randn(40, 5, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+    v.data[0, 1:] = LOG_ZERO  # a clamped sender
+    log_H = torch.randn(5, 5, generator=g, dtype=torch.float64)
+    log_H = (log_H + log_H.T).requires_grad_(True)
+    torch.testing.assert_close(normalized_message(v, log_H), log_normalize(log_matmul_exp_dense(v, log_H)))
+    assert torch.autograd.gradcheck(normalized_message, (v, log_H), eps=1e-6, atol=1e-6)

@@ -48,7 +48,7 @@ def test_dropout_is_inverted_and_keeps_sparse_zeros():
     x = torch.ones(20000)
     y = dropout(x, 0.6, True)
     assert abs(float((y == 0).float().mean()) - 0.6) < 0.02
-    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.4))
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.4), rtol=1e-4)
     assert torch.equal(dropout(x, 0.6, False), x)
     s = torch.tensor([[0.0, 2.0], [3.0, 0.0]]).to_sparse()
     out = dropout(s, 0.5, True).to_dense()
@@ -65,3 +65,31 @@ def test_repr_and_reset_parameters():
     model.reset_parameters()
     assert not torch.equal(before, model.mlp.lins[0].weight)
     assert torch.equal(model.H, torch.ones(3, 3))
+
+
+def test_relu_dropout_matches_relu_then_mask_and_passes_gradcheck():
+    from gbpn.nn.model import relu_dropout
+
+    h = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(1)
+    out = relu_dropout(h, 0.5, True)
+    kept = out != 0
+    assert torch.allclose(out[kept], 2.0 * h[kept]) and (h[kept] > 0).all()
+    assert abs(float(kept.double().mean()) - 0.25) < 0.1  # half are negative, half of the rest dropped
+    out.sum().backward()
+    torch.testing.assert_close(h.grad, (out != 0).double() * 2.0)
+    torch.testing.assert_close(relu_dropout(h, 0.5, False), torch.relu(h))
+
+
+def test_bf16_mlp_is_close_to_fp32_and_trains():
+    torch.manual_seed(0)
+    fp = GBPN(6, 3, hidden_channels=32).eval()
+    bf = GBPN(6, 3, hidden_channels=32, precision="bf16").eval()
+    bf.load_state_dict(fp.state_dict())
+    x = torch.randn(20, 6)
+    out = bf(x, _graph(20))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, fp(x, _graph(20)), atol=0.05, rtol=0)
+    bf.train()
+    bf(x, _graph(20)).sum().backward()
+    assert bf.mlp.lins[1].weight.grad.dtype == torch.float32

@@ -12,9 +12,9 @@ from gbpn.nn.functional import (
     aggregate,
     cavity,
     clamp_log_potential,
-    log_matmul_exp,
     log_matmul_exp_weighted,
     log_normalize,
+    normalized_message,
     reverse_edge_index,
 )
 
@@ -42,7 +42,7 @@ class BeliefPropagation(nn.Module):
     on those labels and the known nodes stay clamped.
 
     The message update is a max-shifted exponential and a ``[E, c] @ [c, c]``
-    product (:func:`~gbpn.nn.functional.log_matmul_exp`): memory per step is
+    product (:func:`~gbpn.nn.functional.normalized_message`): memory per step is
     :math:`O(E\,c)`, never :math:`O(E\,c^2)`.
 
     Args:
@@ -136,10 +136,9 @@ class BeliefPropagation(nn.Module):
         for _ in range(steps):
             v = cavity(log_belief, log_msg, src, rev_index)
             if edge_weight is None:
-                new = log_matmul_exp(v, log_H)
+                new = normalized_message(v, log_H)
             else:
-                new = log_matmul_exp_weighted(v, log_H, edge_weight)
-            new = log_normalize(new)
+                new = log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight))
             if self.damping > 0:
                 new = log_normalize(
                     torch.logaddexp(new + math.log1p(-self.damping), log_msg + math.log(self.damping))

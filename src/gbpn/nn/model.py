@@ -1,6 +1,7 @@
 """The GBPN model: an MLP self-potential followed by belief propagation."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple, Union
 
 import torch
@@ -10,15 +11,52 @@ from torch import Tensor, nn
 from gbpn.nn.bp import BeliefPropagation
 
 
+def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tuple[Tensor, float]:
+    """Boolean keep-mask with P(keep) = 1 - p (p quantised to 1/65536) and its exact keep rate.
+
+    Four 16-bit draws come out of one 64-bit random integer: about 5x cheaper on CPU than a
+    float draw per element, and dropout masks were a large share of a full-batch step.
+    """
+    n = math.prod(shape)
+    bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=device)
+    r = bits.view(torch.int16)[:n].view(shape)
+    t = round(p * 65536)
+    return r >= t - 32768, (65536 - t) / 65536
+
+
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout; a uniform draw compared with ``p`` is about 2.5x faster on CPU than
-    ``F.dropout``'s Bernoulli sampler, which dominated a full-batch step on Cora."""
+    """Inverted dropout (dense or sparse COO input; on a sparse one only stored values drop)."""
     if not training or p == 0.0:
         return x
-    if x.is_sparse:  # drop stored values only: zeros stay zero, as in dense dropout
+    if x.is_sparse:
         x = x.coalesce()
-        return torch.sparse_coo_tensor(x.indices(), dropout(x.values(), p, True), x.shape, is_coalesced=True, check_invariants=False)
-    return x * (torch.rand_like(x) >= p).to(x.dtype) * (1.0 / (1.0 - p))
+        return torch.sparse_coo_tensor(x.indices(), dropout(x.values(), p, True), x.shape,
+                                       is_coalesced=True, check_invariants=False)
+    keep, rate = _keep_mask(x.shape, p, x.device)
+    return x * keep.to(x.dtype) * (1.0 / rate)
+
+
+class _ReLUDropout(torch.autograd.Function):
+    """``dropout(relu(h))`` as one element-wise pass each way: the backward multiplies by the same
+    saved mask, instead of separate ReLU and dropout nodes with their own buffers."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, p: float) -> Tensor:
+        keep, rate = _keep_mask(h.shape, p, h.device)
+        mask = ((h > 0) & keep).to(h.dtype).mul_(1.0 / rate)
+        ctx.save_for_backward(mask)
+        return h * mask
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        return grad * mask, None
+
+
+def relu_dropout(h: Tensor, p: float, training: bool) -> Tensor:
+    if not training or p == 0.0:
+        return F.relu(h)
+    return _ReLUDropout.apply(h, p)
 
 
 class MLP(nn.Module):
@@ -35,13 +73,21 @@ class MLP(nn.Module):
         out_channels (int): output size.
         num_hidden (int, optional): number of hidden layers. (default: ``2``)
         dropout (float, optional): dropout probability. (default: ``0.0``)
+        precision (str, optional): ``"fp32"``, or ``"bf16"`` to run the hidden layers in
+            bfloat16 with float32 master weights (the first layer and the output stay
+            float32); about 2x faster on CPUs with AVX512-BF16/AMX and on GPUs.
+            (default: ``"fp32"``)
     """
 
-    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_hidden: int = 2, dropout: float = 0.0):
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_hidden: int = 2,
+                 dropout: float = 0.0, precision: str = "fp32"):
         super().__init__()
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
         self.in_channels, self.hidden_channels, self.out_channels = in_channels, hidden_channels, out_channels
         self.num_hidden = num_hidden
         self.dropout = dropout
+        self.precision = precision
         sizes = [in_channels] + [hidden_channels] * num_hidden + [out_channels]
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         self.reset_parameters()
@@ -54,14 +100,17 @@ class MLP(nn.Module):
         first = self.lins[0]
         x = dropout(x, self.dropout, self.training)
         h = torch.sparse.mm(x, first.weight.T) + first.bias if x.is_sparse else first(x)
+        if self.precision == "bf16":
+            h = h.to(torch.bfloat16)
         for lin in self.lins[1:]:
-            h = lin(dropout(F.relu(h), self.dropout, self.training))
-        return h
+            h = relu_dropout(h, self.dropout, self.training)
+            h = F.linear(h, lin.weight.to(h.dtype), lin.bias.to(h.dtype))
+        return h.float()
 
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, {self.out_channels}, "
-            f"num_hidden={self.num_hidden}, dropout={self.dropout})"
+            f"num_hidden={self.num_hidden}, dropout={self.dropout}, precision={self.precision!r})"
         )
 
 
@@ -87,6 +136,8 @@ class GBPN(nn.Module):
         num_hidden (int, optional): MLP hidden layers. (default: ``2``)
         dropout (float, optional): MLP dropout. (default: ``0.1``)
         num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
+        precision (str, optional): MLP precision, see :class:`MLP`; BP always
+            runs in the dtype of its input (float32 here). (default: ``"fp32"``)
         damping, tol, learn_coupling, coupling_init: see
             :class:`~gbpn.nn.bp.BeliefPropagation`.
 
@@ -109,11 +160,12 @@ class GBPN(nn.Module):
         tol: Optional[float] = None,
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
+        precision: str = "fp32",
     ):
         super().__init__()
         self.in_channels = in_channels
         self.num_classes = num_classes
-        self.mlp = MLP(in_channels, hidden_channels, num_classes, num_hidden, dropout)
+        self.mlp = MLP(in_channels, hidden_channels, num_classes, num_hidden, dropout, precision)
         self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init)
         self.reset_parameters()
 
