@@ -1,0 +1,44 @@
+import json
+
+import pytest
+
+from gbpn.errors import GBPNError
+from gbpn.experiments.benchmark import PRESETS, run_grid
+
+
+def test_grid_writes_rows_table_and_resumes(tmp_path):
+    msgs = []
+    table = run_grid(["mlp", "gbpn"], ["synth-ising+"], trials=2, output=tmp_path, epochs=3, progress=False,
+                     log=msgs.append)
+    rows = sorted((tmp_path / "rows").glob("*.json"))
+    assert len(rows) == 4
+    row = json.loads(rows[0].read_text())
+    assert 0 <= row["test_accuracy"] <= 1 and "split" in row and "seed" in row
+    assert "| synth-ising+ |" in table and "**" in table
+    assert (tmp_path / "results.csv").read_text().count("\n") == 5
+    # a second run finds everything done; removing one row redoes only that run
+    run_grid(["mlp", "gbpn"], ["synth-ising+"], trials=2, output=tmp_path, epochs=3, progress=False, log=msgs.append)
+    assert "0 runs to do" in msgs[-1]
+    rows[0].unlink()
+    run_grid(["mlp", "gbpn"], ["synth-ising+"], trials=2, output=tmp_path, epochs=3, progress=False, log=msgs.append)
+    assert "1 runs to do" in msgs[-1] and len(list((tmp_path / "rows").glob("*.json"))) == 4
+
+
+def test_missing_dataset_is_skipped_not_fatal(tmp_path):
+    msgs = []
+    run_grid(["mlp"], ["election"], trials=1, output=tmp_path, epochs=2, data_dir=str(tmp_path / "none"),
+             progress=False, log=msgs.append)
+    assert any("skipping election" in m for m in msgs)
+
+
+def test_public_splits_are_used_when_a_dataset_has_them(tmp_path, data_dir):
+    run_grid(["mlp"], ["chameleon-filtered"], trials=1, output=tmp_path, epochs=2, data_dir=data_dir, progress=False,
+             log=lambda m: None)
+    row = json.loads(next((tmp_path / "rows").glob("*.json")).read_text())
+    assert row["split"] == "public split 0"
+
+
+def test_unknown_model_and_presets():
+    with pytest.raises(GBPNError, match="unknown model"):
+        run_grid(["nope"], ["synth-ising+"], trials=1, output="/tmp/unused-gbpn", progress=False)
+    assert {"table2", "table3", "heterophily"} <= set(PRESETS)
