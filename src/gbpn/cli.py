@@ -86,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--output", required=True, help="folder to write edges.csv, features.csv, labels.csv into")
 
+    a = sub.add_parser("analyze", help="figures (PNG, SVG) and the numbers behind them (CSV) for a trained model")
+    asub = a.add_subparsers(dest="analysis", required=True)
+    conv = asub.add_parser("convergence", help="residual and accuracy per BP step; when each node's prediction settles")
+    conv.add_argument("--checkpoint", required=True)
+    _add_data_args(conv)
+    conv.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
+    conv.add_argument("--steps", type=int, default=20, help="BP steps T to run (default: 20)")
+    conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
+    conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
+    ac = asub.add_parser("coupling", help="heatmap and CSV of the learned H (with the true H for synthetic data)")
+    ac.add_argument("--checkpoint", required=True)
+    ac.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
+
     c = sub.add_parser("coupling", help="print the learned coupling H and save it as a heatmap")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
     c.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
@@ -114,11 +127,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_predict(args: argparse.Namespace) -> int:
+def _checkpoint_and_data(args: argparse.Namespace):
+    """The checkpoint's model, its metadata, the graph checked against it, the split and the evidence mask."""
     from gbpn.data.datasets import load_dataset
     from gbpn.data.splits import random_split
-    from gbpn.io import atomic_write, load_checkpoint
-    from gbpn.training import predict
+    from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     data = load_dataset(args.dataset, args.data_dir, sample=args.sample)
@@ -127,13 +140,24 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                         f"{model.in_channels}")
     if int(data.y.max()) >= model.num_classes:
         raise GBPNError(f"labels go up to {int(data.y.max())} but the checkpoint knows {model.num_classes} classes")
+    split = meta["split"]
+    masks = random_split(data.y, split["train"], split["val"], split["seed"]) if int((data.y >= 0).sum()) >= 3 else None
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
     mask = None
     if known == "train":
-        split = meta["split"]
-        mask = random_split(data.y, split["train"], split["val"], split["seed"])[0]
+        if masks is None:
+            raise GBPNError("--known train needs labels in the graph to rebuild the training split")
+        mask = masks[0]
     elif known == "labeled":
         mask = data.y >= 0
+    return model, meta, data, masks, mask, known
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from gbpn.io import atomic_write
+    from gbpn.training import predict
+
+    model, meta, data, _, mask, known = _checkpoint_and_data(args)
     probs = predict(model, data, mask, num_steps=args.num_steps).exp().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
     buf = io.StringIO()
@@ -170,8 +194,9 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
         print(f"against the true coupling (scale removed): relative error {cmp['relative_error']:.3f}, "
               f"correlation {cmp['correlation']:.3f}")
     plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+    plot_couplings(panels, out.with_suffix(".svg"), names, suptitle=f"coupling H: {meta.get('dataset', '')}")
     save_coupling_csv(out.with_suffix(".csv"), H, names)
-    print(f"heatmap saved to {out}, values to {out.with_suffix('.csv')}")
+    print(f"heatmap saved to {out} (and .svg), values to {out.with_suffix('.csv')}")
     return 0
 
 
@@ -232,7 +257,27 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _cmd_train, "predict": _cmd_predict, "coupling": _cmd_coupling,
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    if args.analysis == "coupling":
+        return _cmd_coupling(args)
+    from gbpn.experiments.convergence import convergence, node_layout, save_convergence, steps_to_tolerance
+
+    model, meta, data, masks, mask, known = _checkpoint_and_data(args)
+    if masks is None:
+        raise GBPNError("convergence analysis needs labels to score each step")
+    result = convergence(model, data, masks, mask, max_steps=args.steps)
+    layout, method = (None, "") if args.no_layout else node_layout(data)
+    out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
+    save_convergence(result, layout, method, out, title=f"on {data.name} ({meta.get('variant')}, evidence: {known})")
+    tol_step = steps_to_tolerance(result["step_change_max"])
+    print(f"{data.name}: test accuracy by step {', '.join(f'{100 * a:.1f}' for a in result['test_accuracy'][:8])} ...")
+    print(f"largest belief change below 1e-4 after {tol_step} steps" if tol_step is not None
+          else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
+    print(f"wrote convergence.png/.svg/.csv and settle_steps.csv to {out}" + (f" (layout: {method})" if method else ""))
+    return 0
+
+
+COMMANDS = {"train": _cmd_train, "analyze": _cmd_analyze, "predict": _cmd_predict, "coupling": _cmd_coupling,
             "benchmark": _cmd_benchmark, "sample-mrf": _cmd_sample_mrf}
 
 

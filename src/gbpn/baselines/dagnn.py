@@ -29,7 +29,7 @@ from gbpn.nn.model import MLP
 def normalized_adjacency(edge_index: Tensor, num_nodes: int, add_self_loops: bool = True) -> Tensor:
     r""":math:`\tilde D^{-1/2} (A + I) \tilde D^{-1/2}` as a sparse COO ``[N, N]`` matrix (row = target)."""
     ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=add_self_loops)
-    return torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes)).coalesce()
+    return torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes), check_invariants=False).coalesce()
 
 
 class DAGNN(nn.Module):

@@ -1,0 +1,140 @@
+"""How BP refines a trained model's predictions step by step (paper Figure 4).
+
+:func:`convergence` runs BP for ``t = 0 .. T`` steps on a trained model and returns
+the residual :math:`\\|p^{(t)} - p^{(T)}\\|` per step (mean and max over nodes of the L1
+distance between class distributions), the train/val/test accuracy per step, the
+residual between consecutive steps, and per node the step after which its prediction
+stays correct (``-1`` if it is wrong at step T).
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from gbpn.io import atomic_write
+from gbpn.nn.model import GBPN
+from gbpn.training import predict, prepare_features
+
+
+@torch.no_grad()
+def convergence(
+    model: GBPN,
+    data: Data,
+    masks: Tuple[Tensor, Tensor, Tensor],
+    known_mask: Optional[Tensor] = None,
+    max_steps: int = 20,
+) -> Dict[str, np.ndarray]:
+    """Per-step residuals and accuracies, and per-node settling steps (see module docstring)."""
+    x = prepare_features(data.x)
+    beliefs = [predict(model, data, known_mask, num_steps=t, x=x).exp() for t in range(max_steps + 1)]
+    final = beliefs[-1]
+    y = data.y
+    correct = torch.stack([b.argmax(1) == y for b in beliefs])  # [T+1, N]
+    # settle[i] = first t such that correct at every t' >= t
+    wrong_after = torch.flip(torch.cummax(torch.flip((~correct).int(), [0]), 0).values, [0])  # 1 if wrong at some t' >= t
+    settled = (wrong_after == 0)
+    settle = torch.where(settled.any(0), settled.int().argmax(0), torch.full_like(y, -1))
+    out = {
+        "step": np.arange(max_steps + 1),
+        "residual_mean": np.array([float((b - final).abs().sum(1).mean()) for b in beliefs]),
+        "residual_max": np.array([float((b - final).abs().sum(1).max()) for b in beliefs]),
+        "step_change_max": np.array([np.nan] + [float((beliefs[t] - beliefs[t - 1]).abs().sum(1).max())
+                                                for t in range(1, max_steps + 1)]),
+        "settle_step": settle.numpy(),
+    }
+    for name, m in zip(("train", "val", "test"), masks):
+        out[f"{name}_accuracy"] = correct[:, m].float().mean(1).numpy() if bool(m.any()) else np.full(max_steps + 1, np.nan)
+    return out
+
+
+def steps_to_tolerance(step_change: np.ndarray, tol: float = 1e-4) -> Optional[int]:
+    """First step whose largest belief change from the previous step is below ``tol``."""
+    below = np.nonzero(np.nan_to_num(step_change, nan=np.inf) < tol)[0]
+    return int(below[0]) if below.size else None
+
+
+def node_layout(data: Data, seed: int = 0) -> Tuple[np.ndarray, str]:
+    """2-D coordinates from a spectral embedding of the graph joined with the (PCA-reduced)
+    features, reduced with UMAP when ``umap-learn`` is installed, else with t-SNE."""
+    import scipy.sparse as sp
+    from sklearn.decomposition import PCA, TruncatedSVD
+    from sklearn.manifold import TSNE, SpectralEmbedding
+
+    n = data.num_nodes
+    ei = data.edge_index.numpy()
+    adj = sp.coo_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(n, n)).tocsr() + sp.eye(n)
+    spec = SpectralEmbedding(n_components=8, affinity="precomputed", random_state=seed).fit_transform(adj)
+    x = data.x.numpy()
+    k = min(16, x.shape[1])
+    feats = (TruncatedSVD(k, random_state=seed) if x.shape[1] > 64 else PCA(k, random_state=seed)).fit_transform(x) if k > 1 else x
+    z = np.concatenate([spec / (spec.std() + 1e-12), feats / (feats.std() + 1e-12)], axis=1)
+    try:
+        import umap  # type: ignore
+
+        return umap.UMAP(n_components=2, random_state=seed).fit_transform(z), "UMAP"
+    except ImportError:
+        return TSNE(n_components=2, random_state=seed, init="pca").fit_transform(z), "t-SNE (umap-learn not installed)"
+
+
+def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray], method: str,
+                     out_dir: str | Path, title: str = "") -> Sequence[Path]:
+    """Write convergence.csv, settle_steps.csv and the figure as PNG and SVG into ``out_dir``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    cols = ["step", "residual_mean", "residual_max", "step_change_max", "train_accuracy", "val_accuracy", "test_accuracy"]
+    buf = io.StringIO()
+    buf.write(",".join(cols) + "\n")
+    for t in range(len(result["step"])):
+        buf.write(",".join(f"{result[c][t]:.6g}" for c in cols) + "\n")
+    atomic_write(out / "convergence.csv", lambda fh: fh.write(buf.getvalue()))
+    buf2 = io.StringIO()
+    buf2.write("node,settle_step" + (",x,y" if layout is not None else "") + "\n")
+    for i, s in enumerate(result["settle_step"]):
+        buf2.write(f"{i},{s}" + (f",{layout[i, 0]:.5g},{layout[i, 1]:.5g}" if layout is not None else "") + "\n")
+    atomic_write(out / "settle_steps.csv", lambda fh: fh.write(buf2.getvalue()))
+
+    ncol = 2 if layout is not None else 1
+    fig, axes = plt.subplots(1, ncol, figsize=(6.5 * ncol, 4.6), squeeze=False)
+    ax = axes[0, 0]
+    steps = result["step"]
+    ax.semilogy(steps[:-1], np.maximum(result["residual_mean"][:-1], 1e-12), "b-o", ms=3, label="mean ‖p(t) − p(T)‖₁")
+    ax.semilogy(steps[:-1], np.maximum(result["residual_max"][:-1], 1e-12), "b--", label="max ‖p(t) − p(T)‖₁")
+    ax.set_xlabel("BP step t")
+    ax.set_ylabel("residual to the last step", color="b")
+    ax2 = ax.twinx()
+    for name, color in (("train", "tab:red"), ("val", "tab:orange"), ("test", "tab:green")):
+        ax2.plot(steps, 100 * result[f"{name}_accuracy"], color=color, label=f"{name} accuracy")
+    ax2.set_ylabel("accuracy (%)")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="center right", fontsize=8)
+    ax.set_title(f"BP convergence {title}")
+    if layout is not None:
+        ax = axes[0, 1]
+        s = result["settle_step"]
+        ok = s >= 0
+        ax.scatter(layout[~ok, 0], layout[~ok, 1], s=3, c="lightgrey", label="wrong at the last step")
+        sc = ax.scatter(layout[ok, 0], layout[ok, 1], s=4, c=s[ok], cmap="viridis")
+        fig.colorbar(sc, ax=ax, label="step after which the prediction stays correct")
+        ax.set_title(f"nodes laid out by {method.split(' ')[0]}")
+        ax.set_xlabel("component 1")
+        ax.set_ylabel("component 2")
+        ax.legend(loc="lower right", fontsize=8, markerscale=3)
+    fig.tight_layout()
+    paths = []
+    for ext in ("png", "svg"):
+        p = out / f"convergence.{ext}"
+        atomic_write(p, lambda fh: fig.savefig(fh, format=ext, dpi=120), mode="wb")
+        paths.append(p)
+    plt.close(fig)
+    return paths

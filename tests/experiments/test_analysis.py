@@ -1,0 +1,31 @@
+import numpy as np
+import torch
+
+from gbpn.data import load_dataset
+from gbpn.experiments.convergence import convergence, steps_to_tolerance
+from gbpn.experiments.coupling import compare_couplings
+from gbpn.training import TrainConfig, fit
+
+
+def test_convergence_residual_ends_at_zero_and_settle_steps_are_consistent():
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=10, hidden=16), seed=0)
+    out = convergence(res.model, data, res.masks, known_mask=res.masks[0], max_steps=8)
+    assert out["residual_mean"][-1] == 0 and out["residual_mean"][0] > 0
+    settle = out["settle_step"]
+    # a node that settled at step s is correct at the last step; -1 means wrong at the last step
+    final_correct = out["test_accuracy"][-1]
+    test = res.masks[2].numpy()
+    assert np.isclose((settle[test] >= 0).mean(), final_correct)
+    assert (settle[res.masks[0].numpy()] == 0).all()  # clamped training labels are right from step 0
+
+
+def test_steps_to_tolerance():
+    assert steps_to_tolerance(np.array([np.nan, 1e-2, 1e-3, 5e-5, 1e-6])) == 3
+    assert steps_to_tolerance(np.array([np.nan, 1e-2])) is None
+
+
+def test_compare_couplings_ignores_scale():
+    H = np.array([[2.0, 0.5], [0.5, 2.0]])
+    assert compare_couplings(3.7 * H, H)["relative_error"] < 1e-12
+    assert compare_couplings(H.T[::-1], H)["relative_error"] > 0.5
