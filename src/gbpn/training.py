@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -123,6 +123,57 @@ def empirical_coupling(edge_index: Tensor, y: Tensor, mask: Tensor, num_classes:
     return (0.5 * (H + H.T)).float()
 
 
+def train_with_selection(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    train_loss: Callable[[int], Tensor],
+    evaluate: Callable[[int], Tensor],
+    y: Tensor,
+    masks: Tuple[Tensor, Tensor, Tensor],
+    epochs: int,
+    progress: bool = False,
+    desc: str = "train",
+) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]], float]:
+    """The full-batch loop shared by GBPN and the baselines: a step on ``train_loss(epoch)``
+    (model in train mode), then ``evaluate(epoch)`` (eval mode, no grad) gives ``[N, c]`` scores.
+    The parameters of the epoch with the highest validation accuracy are restored at the end
+    (ties keep the earlier epoch).
+
+    Returns the best epoch's row (loss and train/val/test accuracy), its evaluation output,
+    the per-epoch history and the seconds spent.
+    """
+    train_mask, val_mask, test_mask = masks
+    best: Dict[str, float] = {"val_accuracy": -1.0}
+    best_state, best_out = None, None
+    history: List[Dict[str, float]] = []
+    start = time.perf_counter()
+    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
+    for epoch in bar:
+        model.train()
+        loss = train_loss(epoch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            out = evaluate(epoch)
+        row = {
+            "epoch": epoch,
+            "loss": float(loss.detach()),
+            "train_accuracy": accuracy(out, y, train_mask),
+            "val_accuracy": accuracy(out, y, val_mask),
+            "test_accuracy": accuracy(out, y, test_mask),
+        }
+        history.append(row)
+        if row["val_accuracy"] > best["val_accuracy"]:
+            best, best_out = dict(row), out
+            best_state = copy.deepcopy(model.state_dict())
+        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
+    elapsed = time.perf_counter() - start
+    model.load_state_dict(best_state)
+    return best, best_out, history, elapsed
+
+
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float) -> Dict:
     """Constructor arguments of :class:`GBPN` for ``config`` (stored in checkpoints)."""
     return {
@@ -209,43 +260,24 @@ def fit(
     eval_known = train_mask if transductive else None
     warmup_epochs = int(round(config.warmup * config.epochs))
 
-    best = {"val_accuracy": -1.0}
-    best_state = None
-    history = []
-    start = time.perf_counter()
-    bar = tqdm(range(config.epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
-    for epoch in bar:
-        model.train()
+    def train_loss(epoch: int) -> Tensor:
         steps = 0 if epoch < warmup_epochs else None
         if transductive:
             perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
-            known_idx, loss_idx = perm[: perm.numel() // 2], perm[perm.numel() // 2 :]
             known = torch.zeros_like(train_mask)
-            known[known_idx] = True
+            known[perm[: perm.numel() // 2]] = True
+            loss_idx = perm[perm.numel() // 2 :]
             out = model(x, ei, rev, ew, known_labels=y, known_mask=known, num_steps=steps)
         else:
             loss_idx = train_idx
             out = model(x, ei, rev, ew, num_steps=steps)
-        loss = marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx])
 
-        log_b = predict(model, data, eval_known, num_steps=steps, x=x)
-        row = {
-            "epoch": epoch,
-            "loss": float(loss.detach()),
-            "train_accuracy": accuracy(log_b, y, train_mask),
-            "val_accuracy": accuracy(log_b, y, val_mask),
-            "test_accuracy": accuracy(log_b, y, test_mask),
-        }
-        history.append(row)
-        if row["val_accuracy"] > best["val_accuracy"]:
-            best = dict(row)
-            best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
-    elapsed = time.perf_counter() - start
-    model.load_state_dict(best_state)
+    def evaluate(epoch: int) -> Tensor:
+        return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x)
+
+    best, _, history, elapsed = train_with_selection(
+        model, opt, train_loss, evaluate, y, masks, config.epochs, progress, desc)
     metrics = {
         "train_accuracy": best["train_accuracy"],
         "val_accuracy": best["val_accuracy"],

@@ -44,7 +44,6 @@ def test_reference_grid_samples_differ(data_dir):
 
 
 def test_read_only_data_dir_is_not_written(data_dir, tmp_path, monkeypatch):
-    import os
     import stat
     src = tmp_path / "ro"
     (src / "planetoid" / "Cora").mkdir(parents=True)

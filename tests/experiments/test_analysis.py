@@ -1,5 +1,4 @@
 import numpy as np
-import torch
 
 from gbpn.data import load_dataset
 from gbpn.experiments.convergence import convergence, steps_to_tolerance

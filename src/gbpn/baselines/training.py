@@ -7,17 +7,14 @@ with the best validation accuracy are kept (ties keep the earlier epoch).
 """
 from __future__ import annotations
 
-import copy
-import time
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from gbpn.nn.model import dropout as _dropout
-from gbpn.training import accuracy
+from gbpn.training import accuracy, train_with_selection
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
@@ -75,26 +72,9 @@ def train_full_batch(
     """
     train_idx = masks[0].nonzero().view(-1)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    best: Optional[Dict[str, float]] = None
-    best_state, best_out = None, None
-    start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
-    for epoch in bar:
-        model.train()
-        loss = F.cross_entropy(forward()[train_idx], y[train_idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        model.eval()
-        with torch.no_grad():
-            out = forward()
-        row = {"epoch": epoch, "loss": float(loss.detach()), **split_metrics(out, y, masks)}
-        if better(row, best):
-            best, best_out = row, out
-            best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
-    elapsed = time.perf_counter() - start
-    model.load_state_dict(best_state)
+    best, best_out, _, elapsed = train_with_selection(
+        model, opt, lambda epoch: F.cross_entropy(forward()[train_idx], y[train_idx]), lambda epoch: forward(),
+        y, masks, epochs, progress, desc)
     metrics = {
         "train_accuracy": best["train_accuracy"],
         "val_accuracy": best["val_accuracy"],
