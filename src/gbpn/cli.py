@@ -99,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     ac.add_argument("--checkpoint", required=True)
     ac.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
 
+    e = sub.add_parser("explain", help="why one node got its prediction: own evidence and each neighbour's message")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--node", type=int, required=True, help="node id (0-based)")
+    _add_data_args(e)
+    e.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
+    e.add_argument("--top", type=int, default=10, help="neighbours to list (default: 10)")
+    e.add_argument("--json", default=None, help="also write the full explanation as JSON here")
+
     c = sub.add_parser("coupling", help="print the learned coupling H and save it as a heatmap")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
     c.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
@@ -277,7 +285,19 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _cmd_train, "analyze": _cmd_analyze, "predict": _cmd_predict, "coupling": _cmd_coupling,
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from gbpn.experiments.explain import explain_node, format_explanation
+    from gbpn.io import write_json
+
+    model, meta, data, _, mask, _ = _checkpoint_and_data(args)
+    ex = explain_node(model, data, args.node, mask, meta.get("class_names"))
+    print(format_explanation(ex, args.top))
+    if args.json:
+        write_json(args.json, ex)
+    return 0
+
+
+COMMANDS = {"train": _cmd_train, "analyze": _cmd_analyze, "explain": _cmd_explain, "predict": _cmd_predict, "coupling": _cmd_coupling,
             "benchmark": _cmd_benchmark, "sample-mrf": _cmd_sample_mrf}
 
 

@@ -28,3 +28,17 @@ def test_compare_couplings_ignores_scale():
     H = np.array([[2.0, 0.5], [0.5, 2.0]])
     assert compare_couplings(3.7 * H, H)["relative_error"] < 1e-12
     assert compare_couplings(H.T[::-1], H)["relative_error"] > 0.5
+
+
+def test_explanation_decomposes_the_margin_exactly():
+    from gbpn.experiments.explain import explain_node, format_explanation
+
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=5, hidden=16), seed=0)
+    ex = explain_node(res.model, data, 100, known_mask=res.masks[0])
+    total = ex["self_contribution"] + sum(r["contribution"] for r in ex["neighbours"])
+    assert abs(total - ex["margin"]) < 1e-4
+    assert len(ex["neighbours"]) == int((data.edge_index[1] == 100).sum())
+    contribs = [r["contribution"] for r in ex["neighbours"]]
+    assert contribs == sorted(contribs, reverse=True)
+    assert "node 100" in format_explanation(ex)

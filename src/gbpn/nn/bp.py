@@ -61,8 +61,9 @@ class BeliefPropagation(nn.Module):
           (symmetric, no duplicates), ``rev_index`` ``[E]`` (optional),
           ``edge_weight`` ``[E]`` (optional, symmetric), ``known_labels`` ``[N]``
           and ``known_mask`` ``[N]`` (optional)
-        - **output:** normalised log-beliefs ``[N, c]`` (and the per-step
-          residuals ``[K']`` if ``return_residuals``)
+        - **output:** normalised log-beliefs ``[N, c]``; with ``return_residuals``
+          also the per-step residuals ``[K']``, with ``return_messages`` also the
+          final log-messages ``[E, c]`` (row ``e`` is the message along edge ``e``)
     """
 
     def __init__(
@@ -107,7 +108,8 @@ class BeliefPropagation(nn.Module):
         known_mask: Optional[Tensor] = None,
         num_steps: Optional[int] = None,
         return_residuals: bool = False,
-    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        return_messages: bool = False,
+    ) -> Union[Tensor, Tuple[Tensor, ...]]:
         num_nodes, c = log_self.shape
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
@@ -151,9 +153,14 @@ class BeliefPropagation(nn.Module):
                 residuals.append(res)
                 if self.tol is not None and float(res) < self.tol:
                     break
+        if not (return_residuals or return_messages):
+            return log_belief
+        out: Tuple[Tensor, ...] = (log_belief,)
         if return_residuals:
-            return log_belief, torch.stack(residuals) if residuals else log_self.new_zeros(0)
-        return log_belief
+            out += (torch.stack(residuals) if residuals else log_self.new_zeros(0),)
+        if return_messages:
+            out += (log_msg,)
+        return out
 
     def __repr__(self) -> str:
         return (
