@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--steps", type=int, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
+    ad = asub.add_parser("degree", help="predicted confidence, accuracy and log-likelihood against node degree")
+    ad.add_argument("--checkpoint", required=True)
+    _add_data_args(ad)
+    ad.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
+    ad.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
     ai = asub.add_parser("identifiability", help="learn H on grids sampled with a known H and compare (Figure 3)")
     ai.add_argument("--kinds", nargs="+", default=["ising+", "ising-", "mrf+", "mrf-"])
     ai.add_argument("--epochs", type=int, default=500)
@@ -283,7 +288,19 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
     model, meta, data, masks, mask, known = _checkpoint_and_data(args)
     if masks is None:
-        raise GBPNError("convergence analysis needs labels to score each step")
+        raise GBPNError(f"the {args.analysis} analysis needs labels to score predictions")
+    if args.analysis == "degree":
+        from gbpn.experiments.degree import confidence_by_degree, save_degree
+
+        res = confidence_by_degree(model, data, masks[2], mask)
+        out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
+        save_degree(res, out, title=f"on {data.name} ({meta.get('variant')}), test nodes")
+        for i in range(len(res["count"])):
+            print(f"degree {res['degree_low'][i]:>4}-{res['degree_high'][i]:<4} n={res['count'][i]:>5}  "
+                  f"confidence {res['confidence'][i]:.3f}  accuracy {res['accuracy'][i]:.3f}  "
+                  f"log-likelihood {res['log_likelihood'][i]:.3f}")
+        print(f"wrote degree.png/.svg/.csv to {out}")
+        return 0
     result = convergence(model, data, masks, mask, max_steps=args.steps)
     layout, method = (None, "") if args.no_layout else node_layout(data)
     out = Path(args.output or Path(args.checkpoint).with_name("analysis"))

@@ -42,3 +42,14 @@ def test_explanation_decomposes_the_margin_exactly():
     contribs = [r["contribution"] for r in ex["neighbours"]]
     assert contribs == sorted(contribs, reverse=True)
     assert "node 100" in format_explanation(ex)
+
+
+def test_confidence_by_degree_bins_cover_every_test_node():
+    from gbpn.experiments.degree import confidence_by_degree
+
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=5, hidden=16), seed=0)
+    out = confidence_by_degree(res.model, data, res.masks[2], res.masks[0])
+    assert out["count"].sum() == int(res.masks[2].sum())
+    assert ((out["confidence"] >= 0.5) & (out["confidence"] <= 1)).all()  # two classes: top class >= 1/2
+    assert np.isclose((out["accuracy"] * out["count"]).sum() / out["count"].sum(), out["node_correct"].mean())
