@@ -59,3 +59,13 @@ def test_same_seed_same_result():
     a, b = fit(data, cfg, seed=3), fit(data, cfg, seed=3)
     assert a.metrics["test_accuracy"] == b.metrics["test_accuracy"]
     assert all(torch.equal(u, v) for u, v in zip(a.masks, b.masks))
+
+
+def test_minibatch_tree_training_learns_and_matches_full_graph_inference():
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=6, hidden=16, batch_size=128, num_steps=2, fanout=3, edge_chunk=1000), seed=0)
+    assert res.metrics["test_accuracy"] > 0.6
+    train = res.masks[0]
+    chunked = predict(res.model, data, known_mask=train, edge_chunk=333, node_chunk=500)
+    torch.testing.assert_close(chunked, predict(res.model, data, known_mask=train))
+    assert res.model.H[0, 0] > res.model.H[0, 1]

@@ -45,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--damping", type=float, default=0.0, help="BP message damping in [0, 1) (default: 0)")
     t.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="MLP hidden layers in float32 or bfloat16 (BP is always float32; default: fp32)")
+    t.add_argument("--batch-size", type=int, default=None,
+                   help="mini-batch training on sampled computation trees with this many targets per step "
+                        "(default: full batch)")
+    t.add_argument("--fanout", type=int, default=5, help="mini-batch: neighbours kept per tree node (default: 5)")
+    t.add_argument("--hops", type=int, default=None, help="mini-batch: tree depth (default: --steps)")
+    t.add_argument("--edge-chunk", type=int, default=None,
+                   help="evaluate BP this many edges at a time (bounded memory on large graphs)")
     t.add_argument("--trials", type=int, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -133,7 +140,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, dropout=args.dropout,
         epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr, weight_decay=args.weight_decay,
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
-        precision=args.precision,
+        precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
+        edge_chunk=args.edge_chunk,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"

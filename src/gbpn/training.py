@@ -47,6 +47,10 @@ class TrainConfig:
     coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
     coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
     precision: str = "fp32"  # "bf16": MLP hidden layers in bfloat16 (BP stays float32)
+    batch_size: Optional[int] = None  # mini-batch training on sampled computation trees; None: full batch
+    fanout: Optional[int] = 5  # neighbours kept per tree node (None: all)
+    num_hops: Optional[int] = None  # tree depth; None: num_steps
+    edge_chunk: Optional[int] = None  # evaluation BP in chunks of this many edges (bounded memory)
     train_frac: float = 0.3
     val_frac: float = 0.2
 
@@ -61,6 +65,8 @@ class TrainConfig:
             raise GBPNError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.coupling_init not in ("uniform", "empirical"):
             raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise GBPNError(f"batch_size must be positive, got {self.batch_size}")
         if not 0 <= self.warmup <= 1:
             raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
 
@@ -123,10 +129,16 @@ def empirical_coupling(edge_index: Tensor, y: Tensor, mask: Tensor, num_classes:
     return (0.5 * (H + H.T)).float()
 
 
+def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
 def train_with_selection(
     model: torch.nn.Module,
-    opt: torch.optim.Optimizer,
-    train_loss: Callable[[int], Tensor],
+    train_epoch: Callable[[int], float],
     evaluate: Callable[[int], Tensor],
     y: Tensor,
     masks: Tuple[Tensor, Tensor, Tensor],
@@ -134,8 +146,9 @@ def train_with_selection(
     progress: bool = False,
     desc: str = "train",
 ) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]], float]:
-    """The full-batch loop shared by GBPN and the baselines: a step on ``train_loss(epoch)``
-    (model in train mode), then ``evaluate(epoch)`` (eval mode, no grad) gives ``[N, c]`` scores.
+    """The loop shared by GBPN and the baselines: ``train_epoch(epoch)`` takes the epoch's
+    optimiser step(s) in train mode and returns its loss, then ``evaluate(epoch)`` (eval mode,
+    no grad) gives ``[N, c]`` scores.
     The parameters of the epoch with the highest validation accuracy are restored at the end
     (ties keep the earlier epoch).
 
@@ -150,16 +163,13 @@ def train_with_selection(
     bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
     for epoch in bar:
         model.train()
-        loss = train_loss(epoch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = train_epoch(epoch)
         model.eval()
         with torch.no_grad():
             out = evaluate(epoch)
         row = {
             "epoch": epoch,
-            "loss": float(loss.detach()),
+            "loss": loss,
             "train_accuracy": accuracy(out, y, train_mask),
             "val_accuracy": accuracy(out, y, val_mask),
             "test_accuracy": accuracy(out, y, test_mask),
@@ -196,18 +206,75 @@ def predict(
     known_mask: Optional[Tensor] = None,
     num_steps: Optional[int] = None,
     x: Optional[Tensor] = None,
+    node_chunk: Optional[int] = None,
+    edge_chunk: Optional[int] = None,
 ) -> Tensor:
-    """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``."""
+    """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
+
+    ``node_chunk`` computes the self-potentials that many nodes at a time and ``edge_chunk``
+    the BP messages that many edges at a time, so a large graph's inference needs the
+    ``[E, c]`` messages but never the MLP's ``[N, hidden]`` activations or ``[E, c]`` temporaries
+    for the whole graph at once.
+    """
     model.eval()
-    return model(
-        prepare_features(data.x) if x is None else x,
+    x = prepare_features(data.x) if x is None else x
+    if node_chunk is None:
+        log_self = model.self_potential(x)
+    else:
+        log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)))))
+                              for i in range(0, x.size(0), node_chunk)])
+    return model.bp(
+        log_self,
         data.edge_index,
         rev_index=getattr(data, "rev_index", None),
         edge_weight=getattr(data, "edge_weight", None),
         known_labels=data.y if known_mask is not None else None,
         known_mask=known_mask,
         num_steps=num_steps,
+        edge_chunk=edge_chunk,
     )
+
+
+def _tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
+                 config: TrainConfig, warmup_epochs: int, gen: torch.Generator) -> Callable[[int], float]:
+    """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
+
+    Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
+    wherever it appears in a tree) and the other half are the targets. Every batch of
+    targets becomes a forest of trees of depth ``num_hops`` with at most ``fanout``
+    children per node, and BP runs ``num_hops`` steps on it (exact on a tree). Roots are
+    never clamped. The degree temperature uses each root's number of sampled neighbours,
+    the count its belief actually aggregates.
+    """
+    from gbpn.sampling import CSRGraph, sample_tree
+
+    graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+    hops = config.num_hops or config.num_steps
+    y = data.y
+
+    def epoch_fn(epoch: int) -> float:
+        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
+        known = torch.zeros(data.num_nodes, dtype=torch.bool)
+        if transductive:
+            known[perm[: perm.numel() // 2]] = True
+            perm = perm[perm.numel() // 2 :]
+        losses = []
+        for start in range(0, perm.numel(), config.batch_size):
+            targets = perm[start : start + config.batch_size]
+            tree = sample_tree(graph, targets, hops, config.fanout, gen)
+            known_t = known[tree.node_map]
+            known_t[: tree.batch_size] = False
+            out = model(x.index_select(0, tree.node_map), tree.edge_index, tree.rev_index,
+                        known_labels=y[tree.node_map], known_mask=known_t,
+                        num_steps=0 if epoch < warmup_epochs else hops)[: tree.batch_size]
+            alpha = None
+            if config.degree_weight:
+                children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
+                alpha = children.clamp_min(1).float().pow(-0.5)
+            losses.append(optimizer_step(opt, marginal_nll(out, y[targets], alpha)))
+        return sum(losses) / max(len(losses), 1)
+
+    return epoch_fn
 
 
 def fit(
@@ -274,10 +341,15 @@ def fit(
         return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx])
 
     def evaluate(epoch: int) -> Tensor:
-        return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x)
+        return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x,
+                       edge_chunk=config.edge_chunk)
 
+    if config.batch_size is None:
+        train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
+    else:
+        train_epoch = _tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen)
     best, _, history, elapsed = train_with_selection(
-        model, opt, train_loss, evaluate, y, masks, config.epochs, progress, desc)
+        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
     metrics = {
         "train_accuracy": best["train_accuracy"],
         "val_accuracy": best["val_accuracy"],

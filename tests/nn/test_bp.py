@@ -186,3 +186,15 @@ def test_coupling_fixed_is_not_a_parameter():
     torch.testing.assert_close(coup.H, torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
     with pytest.raises(ValueError):
         Coupling(2, init=torch.tensor([[1.0, 2.0], [3.0, 1.0]]))
+
+
+def test_edge_chunked_inference_equals_one_pass():
+    ei = undirected([(i, (i + 1) % 30) for i in range(30)] + [(i, (i + 7) % 30) for i in range(30)])
+    log_phi = torch.randn(30, 4)
+    layer = BeliefPropagation(4, num_steps=5, damping=0.3)
+    with torch.no_grad():
+        layer.coupling.weight.normal_()
+        labels, mask = torch.randint(0, 4, (30,)), torch.rand(30) < 0.3
+        full = layer(log_phi, ei, known_labels=labels, known_mask=mask)
+        chunked = layer(log_phi, ei, known_labels=labels, known_mask=mask, edge_chunk=7)
+    torch.testing.assert_close(chunked, full)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gbpn.nn.model import dropout as _dropout
-from gbpn.training import accuracy, train_with_selection
+from gbpn.training import accuracy, optimizer_step, train_with_selection
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
@@ -73,8 +73,8 @@ def train_full_batch(
     train_idx = masks[0].nonzero().view(-1)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_out, _, elapsed = train_with_selection(
-        model, opt, lambda epoch: F.cross_entropy(forward()[train_idx], y[train_idx]), lambda epoch: forward(),
-        y, masks, epochs, progress, desc)
+        model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
+        lambda epoch: forward(), y, masks, epochs, progress, desc)
     metrics = {
         "train_accuracy": best["train_accuracy"],
         "val_accuracy": best["val_accuracy"],

@@ -64,6 +64,9 @@ class BeliefPropagation(nn.Module):
         - **output:** normalised log-beliefs ``[N, c]``; with ``return_residuals``
           also the per-step residuals ``[K']``, with ``return_messages`` also the
           final log-messages ``[E, c]`` (row ``e`` is the message along edge ``e``)
+
+    ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
+    edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class BeliefPropagation(nn.Module):
         num_steps: Optional[int] = None,
         return_residuals: bool = False,
         return_messages: bool = False,
+        edge_chunk: Optional[int] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
         num_nodes, c = log_self.shape
         if c != self.num_classes:
@@ -135,17 +139,30 @@ class BeliefPropagation(nn.Module):
         log_belief = log_self
         log_msg = log_self.new_full((src.numel(), c), -math.log(c))
         residuals: List[Tensor] = []
-        for _ in range(steps):
-            v = cavity(log_belief, log_msg, src, rev_index)
+
+        def messages(s: slice) -> Tensor:
+            v = cavity(log_belief, log_msg, src[s], rev_index[s])
             if edge_weight is None:
                 new = normalized_message(v, log_H)
             else:
-                new = log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight))
+                new = log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s]))
             if self.damping > 0:
                 new = log_normalize(
-                    torch.logaddexp(new + math.log1p(-self.damping), log_msg + math.log(self.damping))
+                    torch.logaddexp(new + math.log1p(-self.damping), log_msg[s] + math.log(self.damping))
                 )
-            log_msg = new
+            return new
+
+        for _ in range(steps):
+            if edge_chunk is None:
+                log_msg = messages(slice(None))
+            else:  # bounded temporaries: only [edge_chunk, c] besides the two message buffers
+                if torch.is_grad_enabled() and log_self.requires_grad:
+                    raise ValueError("edge_chunk is for inference; run it under torch.no_grad()")
+                new_msg = torch.empty_like(log_msg)
+                for start in range(0, src.numel(), edge_chunk):
+                    s = slice(start, start + edge_chunk)
+                    new_msg[s] = messages(s)
+                log_msg = new_msg
             prev = log_belief
             log_belief = pin(aggregate(log_self, log_msg, dst))
             if return_residuals or self.tol is not None:
