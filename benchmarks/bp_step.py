@@ -1,0 +1,124 @@
+"""One BP step on a large synthetic graph: our kernel vs the plain E x c x c form vs one PyG GCNConv.
+
+A "BP step" is the message update on every directed edge (cavity, log-domain product with H,
+normalisation) plus the aggregation into beliefs, forward only; GCNConv(c, c) is one forward
+with its normalisation cached. Each (operation, c) runs in its own process; peak memory is the
+process's peak RSS growth over what the graph itself needs (VmHWM reset after set-up).
+
+    python benchmarks/bp_step.py --nodes 169343 --edges 1166243 --classes 2 7 40 47
+
+The plain form needs E*c*c floats (20 GB at arXiv size and c = 47): with --plain-edge-fraction
+it runs on that fraction of the edges and its time and memory are scaled up linearly, which
+the table marks with '~'.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return 0
+
+
+def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    from gbpn.data.generators import planted_partition_graph
+    from gbpn.nn.functional import aggregate, cavity, log_matmul_exp_dense, log_normalize, normalized_message
+
+    data = planted_partition_graph(nodes, edges, 8, c, seed=0)
+    ei, rev = data.edge_index, data.rev_index
+    if op == "plain" and fraction < 1:
+        keep = int(ei.size(1) * fraction)
+        ei, rev = ei[:, :keep], None
+    n, e = data.num_nodes, ei.size(1)
+    g = torch.Generator().manual_seed(0)
+    log_self = torch.log_softmax(torch.randn(n, c, generator=g), -1)
+    log_msg = torch.log_softmax(torch.randn(e, c, generator=g), -1)
+    log_H = torch.randn(c, c, generator=g)
+    log_H = 0.5 * (log_H + log_H.T)
+    if rev is None:
+        rev = torch.arange(e)  # the plain form's memory and time do not depend on which reverse it reads
+    src, dst = ei[0], ei[1]
+    log_belief = aggregate(log_self, log_msg, dst)
+    if op == "gcn":
+        from torch_geometric.nn import GCNConv
+
+        conv = GCNConv(c, c, cached=True)
+        x = torch.randn(n, c, generator=g)
+        with torch.no_grad():
+            conv(x, ei)  # fills the normalisation cache
+
+        def run():
+            with torch.no_grad():
+                return conv(x, ei)
+    else:
+        def run():
+            with torch.no_grad():
+                v = cavity(log_belief, log_msg, src, rev)
+                if op == "lean":
+                    m = normalized_message(v, log_H)
+                else:
+                    m = log_normalize(log_matmul_exp_dense(v, log_H))
+                return aggregate(log_self, m, dst)
+    run()
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
+    base = _rss_kb("VmRSS")
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    peak = _rss_kb("VmHWM") - base
+    scale = 1 / fraction if op == "plain" else 1.0
+    return {"seconds": statistics.median(times) * scale, "peak_mb": peak / 1024 * scale, "edges": e}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=169_343)
+    ap.add_argument("--edges", type=int, default=1_166_243, help="undirected edges to sample")
+    ap.add_argument("--classes", type=int, nargs="+", default=[2, 7, 40, 47])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--plain-edge-fraction", type=float, default=0.1)
+    ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        op, c = args.child[0], int(args.child[1])
+        frac = args.plain_edge_fraction if c >= 20 else 1.0
+        print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads)))
+        return
+    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {args.threads} thread(s); "
+          f"median of {args.reps}")
+    print(f"{'c':>3} {'BP s':>8} {'GCNConv s':>10} {'BP/GCN':>7} {'plain s':>9} {'plain/BP':>9} "
+          f"{'BP MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}")
+    for c in args.classes:
+        res = {}
+        for op in ("lean", "gcn", "plain"):
+            cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
+                   str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
+                   "--plain-edge-fraction", str(args.plain_edge_fraction)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            res[op] = json.loads(out.stdout.strip().splitlines()[-1])
+        lean, gcn, plain = res["lean"], res["gcn"], res["plain"]
+        mark = "~" if c >= 20 and args.plain_edge_fraction < 1 else ""
+        print(f"{c:>3} {lean['seconds']:>8.3f} {gcn['seconds']:>10.3f} {lean['seconds'] / gcn['seconds']:>7.2f} "
+              f"{mark + format(plain['seconds'], '.3f'):>9} {plain['seconds'] / lean['seconds']:>9.1f} "
+              f"{lean['peak_mb']:>8.0f} {gcn['peak_mb']:>8.0f} {mark + format(plain['peak_mb'], '.0f'):>9} "
+              f"{plain['peak_mb'] / max(lean['peak_mb'], 1e-9):>12.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
