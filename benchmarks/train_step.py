@@ -3,7 +3,8 @@
 Each (dataset, threads, kernel) cell runs in its own process so that peak RSS is its own.
 ``lean`` is the library's kernel (float32 throughout); ``plain`` swaps in the E x c x c
 log-sum-exp form, measured in the same run as the in-run baseline; ``bf16`` is the lean kernel
-with the MLP's hidden layers in bfloat16 (``--precision bf16``; BP stays float32). The reference implementation's figures are those
+with the MLP's hidden layers in bfloat16 (``--precision bf16``; BP stays float32); ``mlp`` is the
+same step with K = 0 (the MLP alone: a floor no BP kernel can go under). The reference implementation's figures are those
 quoted in issue #2 (measured on this machine with ``taskset -c 0``, ``OMP_NUM_THREADS=1``).
 
     python benchmarks/train_step.py [--datasets cora citeseer ...] [--steps 60] [--warmup 10]
@@ -53,7 +54,8 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
         known = torch.zeros_like(train)
         known[perm[: perm.numel() // 2]] = True
         loss_idx = perm[perm.numel() // 2 :]
-        out = model(x, data.edge_index, data.rev_index, known_labels=data.y, known_mask=known)
+        out = model(x, data.edge_index, data.rev_index, known_labels=data.y, known_mask=known,
+                    num_steps=0 if kernel == "mlp" else None)
         loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -86,11 +88,12 @@ def main() -> None:
         return
 
     print(f"{'dataset':<10} {'threads':>7} {'lean s/step':>12} {'plain s/step':>13} {'plain/lean':>10} "
-          f"{'ref s/step':>10} {'ref/lean':>9} {'bf16 s/step':>12} {'ref/bf16':>9} {'lean MB':>8} {'plain MB':>9}")
+          f"{'ref s/step':>10} {'ref/lean':>9} {'bf16 s/step':>12} {'ref/bf16':>9} {'MLP-only':>9} {'ref/MLP':>8} "
+          f"{'lean MB':>8} {'plain MB':>9}")
     for ds in args.datasets:
         for threads in args.threads:
             row = {}
-            for kernel in ("lean", "plain", "bf16"):
+            for kernel in ("lean", "plain", "bf16", "mlp"):
                 env = dict(os.environ)
                 cmd = [sys.executable, __file__, "--child", ds, kernel, threads, "--steps", str(args.steps),
                        "--warmup", str(args.warmup)] + (["--data-dir", args.data_dir] if args.data_dir else [])
@@ -99,14 +102,16 @@ def main() -> None:
                     cmd = ["taskset", "-c", "0"] + cmd
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 row[kernel] = json.loads(out.stdout.strip().splitlines()[-1])
-            lean, plain, bf16 = row["lean"], row["plain"], row["bf16"]
+            lean, plain, bf16, mlp = row["lean"], row["plain"], row["bf16"], row["mlp"]
             ref = REFERENCE_1T.get(ds) if threads == "1" else None
             ref_txt = f"{ref:.3f}" if ref else "-"
             speedup = f"{ref / lean['seconds_per_step']:.1f}x" if ref else "-"
             speedup_bf16 = f"{ref / bf16['seconds_per_step']:.1f}x" if ref else "-"
+            speedup_mlp = f"{ref / mlp['seconds_per_step']:.1f}x" if ref else "-"
             print(f"{ds:<10} {lean['threads']:>7} {lean['seconds_per_step']:>12.4f} {plain['seconds_per_step']:>13.4f} "
                   f"{plain['seconds_per_step'] / lean['seconds_per_step']:>10.2f} "
                   f"{ref_txt:>10} {speedup:>9} {bf16['seconds_per_step']:>12.4f} {speedup_bf16:>9} "
+                  f"{mlp['seconds_per_step']:>9.4f} {speedup_mlp:>8} "
                   f"{lean['peak_rss_mb']:>8.0f} {plain['peak_rss_mb']:>9.0f}", flush=True)
 
 
