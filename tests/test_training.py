@@ -69,3 +69,17 @@ def test_minibatch_tree_training_learns_and_matches_full_graph_inference():
     chunked = predict(res.model, data, known_mask=train, edge_chunk=333, node_chunk=500)
     torch.testing.assert_close(chunked, predict(res.model, data, known_mask=train))
     assert res.model.H[0, 0] > res.model.H[0, 1]
+
+
+def test_f1_threshold_is_chosen_on_validation_and_class_weights_balance():
+    from gbpn.training import balanced_class_weight, f1_with_val_threshold
+
+    y = torch.tensor([0] * 90 + [1] * 10)
+    w = balanced_class_weight(y, 2)
+    torch.testing.assert_close(w * torch.bincount(y).float(), torch.tensor([50.0, 50.0]))
+    # positives score 0.3, negatives 0.1: only a threshold found on validation separates them
+    p1 = torch.where(y == 1, 0.3, 0.1)
+    log_b = torch.stack([1 - p1, p1], 1).log()
+    val = torch.arange(100) % 2 == 0
+    out = f1_with_val_threshold(log_b, y, val, ~val)
+    assert out["val_f1"] > 0.999 and out["test_f1"] == 1.0 and 0.1 < out["threshold"] <= 0.3

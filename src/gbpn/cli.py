@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--hops", type=int, default=None, help="mini-batch: tree depth (default: --steps)")
     t.add_argument("--edge-chunk", type=int, default=None,
                    help="evaluate BP this many edges at a time (bounded memory on large graphs)")
+    t.add_argument("--class-weight", action="store_true", help="weight the loss by inverse class frequency")
     t.add_argument("--trials", type=int, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
@@ -141,15 +142,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr, weight_decay=args.weight_decay,
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
         precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
-        edge_chunk=args.edge_chunk,
+        edge_chunk=args.edge_chunk, class_weight=args.class_weight,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"
     result = run_trials(args.dataset, config, args.trials, args.seed, output, args.data_dir, args.sample,
                         progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
     s = result["summary"]
+    f1 = f", illicit-class F1 {100 * s['test_f1_mean']:.2f} ± {100 * s['test_f1_std']:.2f}" if "test_f1_mean" in s else ""
     print(f"{name} {args.variant}: test accuracy {100 * s['test_accuracy_mean']:.2f} ± "
-          f"{100 * s['test_accuracy_std']:.2f} over {s['num_trials']} trial(s); run saved in {output}")
+          f"{100 * s['test_accuracy_std']:.2f}{f1} over {s['num_trials']} trial(s); run saved in {output}")
     return 0
 
 

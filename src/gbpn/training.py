@@ -51,6 +51,7 @@ class TrainConfig:
     fanout: Optional[int] = 5  # neighbours kept per tree node (None: all)
     num_hops: Optional[int] = None  # tree depth; None: num_steps
     edge_chunk: Optional[int] = None  # evaluation BP in chunks of this many edges (bounded memory)
+    class_weight: bool = False  # weight the loss by inverse class frequency of the training labels
     train_frac: float = 0.3
     val_frac: float = 0.2
 
@@ -97,16 +98,40 @@ def degree_temperature(edge_index: Tensor, num_nodes: int) -> Tensor:
     return degree(edge_index, num_nodes).clamp_min(1).float().pow(-0.5)
 
 
-def marginal_nll(log_belief: Tensor, y: Tensor, alpha: Optional[Tensor] = None) -> Tensor:
+def marginal_nll(log_belief: Tensor, y: Tensor, alpha: Optional[Tensor] = None,
+                 class_weight: Optional[Tensor] = None) -> Tensor:
     r"""Mean negative log marginal likelihood of ``y``.
 
     With ``alpha`` the belief is re-weighted as in paper section 2.4,
     :math:`\log p'_i(y) \cong \alpha_i \log p_i(y)` (then normalised), which
-    tempers the confidence that BP builds up on high-degree nodes.
+    tempers the confidence that BP builds up on high-degree nodes. ``class_weight``
+    ``[c]`` weights each node's term by its class (for imbalanced labels).
     """
     if alpha is not None:
         log_belief = F.log_softmax(alpha.unsqueeze(-1) * log_belief, dim=-1)
-    return F.nll_loss(log_belief, y)
+    return F.nll_loss(log_belief, y, weight=class_weight)
+
+
+def balanced_class_weight(y: Tensor, num_classes: int) -> Tensor:
+    """``n / (c * n_k)`` for each class ``k`` among the given labels (classes absent get 0)."""
+    counts = torch.bincount(y, minlength=num_classes).float()
+    return torch.where(counts > 0, y.numel() / (num_classes * counts.clamp_min(1)), torch.zeros_like(counts))
+
+
+def f1_with_val_threshold(log_belief: Tensor, y: Tensor, val_mask: Tensor, test_mask: Tensor,
+                          positive: int = 1) -> Dict[str, float]:
+    """F1 of the ``positive`` class with the decision threshold on its probability chosen to
+    maximise F1 on the validation nodes, then applied to the test nodes (paper, Table 5)."""
+    from sklearn.metrics import f1_score, precision_recall_curve
+
+    p = log_belief[:, positive].exp().numpy()
+    yv, yt = (y[val_mask] == positive).numpy(), (y[test_mask] == positive).numpy()
+    prec, rec, thr = precision_recall_curve(yv, p[val_mask.numpy()])
+    f1 = 2 * prec * rec / (prec + rec + 1e-12)
+    k = int(f1[:-1].argmax()) if thr.size else 0
+    t = float(thr[k]) if thr.size else 0.5
+    return {"threshold": t, "val_f1": float(f1[k]),
+            "test_f1": float(f1_score(yt, p[test_mask.numpy()] >= t, zero_division=0))}
 
 
 def accuracy(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
@@ -236,7 +261,8 @@ def predict(
 
 
 def _tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
-                 config: TrainConfig, warmup_epochs: int, gen: torch.Generator) -> Callable[[int], float]:
+                 config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
+                 class_weight: Optional[Tensor] = None) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
 
     Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
@@ -271,7 +297,7 @@ def _tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tra
             if config.degree_weight:
                 children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
                 alpha = children.clamp_min(1).float().pow(-0.5)
-            losses.append(optimizer_step(opt, marginal_nll(out, y[targets], alpha)))
+            losses.append(optimizer_step(opt, marginal_nll(out, y[targets], alpha, class_weight)))
         return sum(losses) / max(len(losses), 1)
 
     return epoch_fn
@@ -326,6 +352,7 @@ def fit(
     transductive = config.variant == "gbpn"
     eval_known = train_mask if transductive else None
     warmup_epochs = int(round(config.warmup * config.epochs))
+    cw = balanced_class_weight(y[train_idx], num_classes) if config.class_weight else None
 
     def train_loss(epoch: int) -> Tensor:
         steps = 0 if epoch < warmup_epochs else None
@@ -338,7 +365,7 @@ def fit(
         else:
             loss_idx = train_idx
             out = model(x, ei, rev, ew, num_steps=steps)
-        return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx])
+        return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx], cw)
 
     def evaluate(epoch: int) -> Tensor:
         return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x,
@@ -347,8 +374,8 @@ def fit(
     if config.batch_size is None:
         train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
     else:
-        train_epoch = _tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen)
-    best, _, history, elapsed = train_with_selection(
+        train_epoch = _tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw)
+    best, best_out, history, elapsed = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
     metrics = {
         "train_accuracy": best["train_accuracy"],
@@ -359,4 +386,7 @@ def fit(
         "dropout": dropout,
         "coupling": model.bp.coupling.normalized().tolist(),
     }
+    positive = getattr(data, "positive_class", None)
+    if positive is not None and num_classes == 2:
+        metrics.update(f1_with_val_threshold(best_out, y, val_mask, test_mask, positive))
     return TrialResult(model=model, metrics=metrics, masks=masks, history=history)

@@ -140,3 +140,19 @@ def test_split_is_seeded_and_disjoint():
     assert (tr.int() + va.int() + te.int() == 1).all()
     assert (int(tr.sum()), int(va.sum()), int(te.sum())) == (30, 20, 50)
     assert not torch.equal(random_split(y, seed=2)[0], tr)
+
+
+def test_elliptic_csv_layout(tmp_path):
+    folder = tmp_path / "elliptic"
+    folder.mkdir()
+    ids = [101, 205, 307, 409, 511]
+    rows = [[t, 1 + k % 2] + list(np.random.rand(165)) for k, t in enumerate(ids)]
+    np.savetxt(folder / "elliptic_txs_features.csv", np.array(rows), delimiter=",")
+    (folder / "elliptic_txs_classes.csv").write_text("txId,class\n101,1\n205,2\n307,unknown\n409,2\n511,1\n")
+    (folder / "elliptic_txs_edgelist.csv").write_text("txId1,txId2\n101,205\n205,307\n409,511\n")
+    d = load_dataset("elliptic", str(tmp_path))
+    assert (d.num_nodes, d.num_features, d.edge_index.size(1)) == (5, 166, 6)
+    assert d.y.tolist() == [1, 0, -1, 0, 1]  # unknown stays out of training and scoring
+    assert d.class_names == ["licit", "illicit"]
+    tr, va, te = random_split(d.y, seed=0)
+    assert not (tr | va | te)[2]

@@ -46,7 +46,7 @@ def cache_root() -> Path:
 
 def available_datasets() -> List[str]:
     return (
-        list(PLANETOID) + list(COAUTHOR) + list(WIKIPEDIA) + list(YANDEX) + ["election", "sexual"]
+        list(PLANETOID) + list(COAUTHOR) + list(WIKIPEDIA) + list(YANDEX) + ["election", "sexual", "elliptic"]
         + list(REFERENCE_GRIDS)
         + [f"synth-{k}" for k in SYNTHETIC_KINDS]
     )
@@ -131,6 +131,40 @@ def _yandex(key: str, root: Path) -> Data:
                 edge_index=torch.from_numpy(z["edges"].T.astype(np.int64)))
     data.num_classes = int(z["node_labels"].max()) + 1
     data.public_splits = torch.from_numpy(np.stack([z["train_masks"], z["val_masks"], z["test_masks"]])).bool()
+    return data
+
+
+ELLIPTIC_FILES = ("elliptic_txs_features.csv", "elliptic_txs_classes.csv", "elliptic_txs_edgelist.csv")
+
+
+def _elliptic(root: Path) -> Data:
+    """Elliptic bitcoin transactions in the public Kaggle CSV layout (under ``<data-dir>/elliptic/``
+    or ``<data-dir>/elliptic_bitcoin_dataset/``): features (txId, time step, 165 more columns, no
+    header), classes (txId,class with 1 = illicit, 2 = licit, unknown) and the edge list
+    (txId1,txId2). Label 1 = illicit, 0 = licit, -1 = unknown (never trained on or scored)."""
+    folder = next((root / d for d in ("elliptic", "elliptic_bitcoin_dataset") if (root / d).is_dir()), root / "elliptic")
+    _require(folder, ELLIPTIC_FILES, "elliptic")
+    feats = np.loadtxt(folder / ELLIPTIC_FILES[0], delimiter=",", dtype=np.float64, ndmin=2)
+    tx = feats[:, 0].astype(np.int64)
+    index = {t: i for i, t in enumerate(tx.tolist())}  # one-off id map at load time
+    y = np.full(len(tx), -1, dtype=np.int64)
+    with open(folder / ELLIPTIC_FILES[1]) as fh:
+        next(fh)
+        for line in fh:
+            t, c = line.strip().split(",")
+            if c in ("1", "2") and int(t) in index:
+                y[index[int(t)]] = 1 if c == "1" else 0
+    edges = np.loadtxt(folder / ELLIPTIC_FILES[2], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    try:
+        ei = np.array([[index[a] for a in edges[:, 0]], [index[b] for b in edges[:, 1]]], dtype=np.int64)
+    except KeyError as err:
+        raise GBPNError(f"{folder / ELLIPTIC_FILES[2]} names transaction {err} that has no features") from None
+    x = feats[:, 1:]
+    x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
+    data = Data(x=torch.tensor(x, dtype=torch.float32), y=torch.from_numpy(y), edge_index=torch.from_numpy(ei))
+    data.num_classes = 2
+    data.class_names = ["licit", "illicit"]
+    data.positive_class = 1  # scored with F1 on the illicit class
     return data
 
 
@@ -277,6 +311,8 @@ def load_dataset(
         data = _wikipedia(key, root)
     elif key in YANDEX:
         data = _yandex(key, root)
+    elif key == "elliptic":
+        data = _elliptic(root)
     elif key == "election":
         data = _election(root)
     elif key == "sexual":

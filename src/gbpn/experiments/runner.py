@@ -23,12 +23,15 @@ from gbpn.training import TrainConfig, fit, model_args
 
 
 def _summary(trials: list) -> Dict[str, float]:
-    accs = np.array([t["test_accuracy"] for t in trials], dtype=float)
-    return {
-        "test_accuracy_mean": float(accs.mean()) if accs.size else math.nan,
-        "test_accuracy_std": float(accs.std(ddof=1)) if accs.size > 1 else 0.0,
-        "num_trials": int(accs.size),
-    }
+    out: Dict[str, float] = {"num_trials": len(trials)}
+    for key in ("test_accuracy", "test_f1"):
+        vals = np.array([t[key] for t in trials if key in t], dtype=float)
+        if vals.size:
+            out[f"{key}_mean"] = float(vals.mean())
+            out[f"{key}_std"] = float(vals.std(ddof=1)) if vals.size > 1 else 0.0
+    if "test_accuracy_mean" not in out:
+        out["test_accuracy_mean"], out["test_accuracy_std"] = math.nan, 0.0
+    return out
 
 
 def run_trials(
