@@ -16,6 +16,12 @@ from gbpn.errors import GBPNError
 CHECKPOINT_FORMAT = "gbpn-checkpoint-v1"
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
     """Write through ``write(fileobj)`` into a temporary file beside ``path``, then rename.
 
@@ -29,6 +35,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

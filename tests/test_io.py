@@ -1,0 +1,47 @@
+import os
+import stat
+
+import pytest
+import torch
+
+from gbpn.io import atomic_write, load_checkpoint, read_json, write_json
+
+
+def test_atomic_write_replaces_whole_file_with_normal_permissions(tmp_path):
+    p = tmp_path / "a.json"
+    write_json(p, {"x": 1})
+    write_json(p, {"x": 2})
+    assert read_json(p) == {"x": 2}
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~mask
+    assert [f.name for f in tmp_path.iterdir()] == ["a.json"]  # no temporary left behind
+
+
+def test_failed_write_keeps_the_old_file(tmp_path):
+    p = tmp_path / "a.txt"
+    atomic_write(p, lambda fh: fh.write("old"))
+
+    def boom(fh):
+        fh.write("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(p, boom)
+    assert p.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
+    from gbpn.errors import GBPNError
+    from gbpn.io import save_checkpoint
+    from gbpn.nn import GBPN
+
+    model = GBPN(3, 2, hidden_channels=4)
+    args = {"in_channels": 3, "num_classes": 2, "hidden_channels": 4}
+    save_checkpoint(tmp_path / "m.pt", model, {"model_args": args})
+    loaded, meta = load_checkpoint(tmp_path / "m.pt")
+    assert torch.equal(loaded.H, model.H) and meta["model_args"] == args
+    data = (tmp_path / "m.pt").read_bytes()
+    (tmp_path / "m.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(GBPNError, match="corrupt"):
+        load_checkpoint(tmp_path / "m.pt")
