@@ -72,7 +72,7 @@ def run_one(model: str, data, masks, seed: int, epochs: int) -> Dict:
     raise GBPNError(f"unknown model {model!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS)}")
 
 
-def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str]) -> str:
+def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
     cells: Dict = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["model"]), []).append(100 * r["test_accuracy"])
@@ -90,6 +90,8 @@ def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str]) -> 
                 out.append("–")
                 continue
             txt = f"{np.mean(v):.1f} ± {np.std(v, ddof=1) if len(v) > 1 else 0.0:.1f}"
+            if len(v) < trials:
+                txt += f" (n={len(v)})"  # an unfinished cell says how many trials it holds
             out.append(f"**{txt}**" if means[m] == best else txt)
         lines.append(f"| {ds} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
@@ -153,7 +155,7 @@ def run_grid(
         w.writeheader()
         w.writerows(rows)
         atomic_write(out / "results.csv", lambda fh: fh.write(buf.getvalue()))
-    table = _table(rows, models, datasets)
+    table = _table(rows, models, datasets, trials)
     total = sum(r["seconds"] for r in rows)
     atomic_write(out / "table.md", lambda fh: fh.write(
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
