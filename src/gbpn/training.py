@@ -170,15 +170,15 @@ def train_with_selection(
     epochs: int,
     progress: bool = False,
     desc: str = "train",
-) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]], float]:
+) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
     """The loop shared by GBPN and the baselines: ``train_epoch(epoch)`` takes the epoch's
     optimiser step(s) in train mode and returns its loss, then ``evaluate(epoch)`` (eval mode,
     no grad) gives ``[N, c]`` scores.
     The parameters of the epoch with the highest validation accuracy are restored at the end
     (ties keep the earlier epoch).
 
-    Returns the best epoch's row (loss and train/val/test accuracy), its evaluation output,
-    the per-epoch history and the seconds spent.
+    Returns the best epoch's metrics (``train/val/test_accuracy``, ``best_epoch``,
+    ``train_seconds``), its evaluation output and the per-epoch history.
     """
     train_mask, val_mask, test_mask = masks
     best: Dict[str, float] = {"val_accuracy": -1.0}
@@ -204,9 +204,15 @@ def train_with_selection(
             best, best_out = dict(row), out
             best_state = copy.deepcopy(model.state_dict())
         bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
-    elapsed = time.perf_counter() - start
+    metrics = {
+        "train_accuracy": best["train_accuracy"],
+        "val_accuracy": best["val_accuracy"],
+        "test_accuracy": best["test_accuracy"],
+        "best_epoch": best["epoch"],
+        "train_seconds": time.perf_counter() - start,
+    }
     model.load_state_dict(best_state)
-    return best, best_out, history, elapsed
+    return metrics, best_out, history
 
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float) -> Dict:
@@ -375,17 +381,9 @@ def fit(
         train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
     else:
         train_epoch = _tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw)
-    best, best_out, history, elapsed = train_with_selection(
+    metrics, best_out, history = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
-    metrics = {
-        "train_accuracy": best["train_accuracy"],
-        "val_accuracy": best["val_accuracy"],
-        "test_accuracy": best["test_accuracy"],
-        "best_epoch": best["epoch"],
-        "train_seconds": elapsed,
-        "dropout": dropout,
-        "coupling": model.bp.coupling.normalized().tolist(),
-    }
+    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist())
     positive = getattr(data, "positive_class", None)
     if positive is not None and num_classes == 2:
         metrics.update(f1_with_val_threshold(best_out, y, val_mask, test_mask, positive))

@@ -72,14 +72,7 @@ def train_full_batch(
     """
     train_idx = masks[0].nonzero().view(-1)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    best, best_out, _, elapsed = train_with_selection(
+    metrics, best_out, _ = train_with_selection(
         model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
         lambda epoch: forward(), y, masks, epochs, progress, desc)
-    metrics = {
-        "train_accuracy": best["train_accuracy"],
-        "val_accuracy": best["val_accuracy"],
-        "test_accuracy": best["test_accuracy"],
-        "best_epoch": best["epoch"],
-        "train_seconds": elapsed,
-    }
     return metrics, best_out
