@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--table-only", action="store_true", help="rebuild results.csv and table.md from finished runs")
 
     m = sub.add_parser("sample-mrf", help="sample a synthetic grid MRF data set into the bring-your-own format")
     m.add_argument("--kind", choices=["ising+", "ising-", "mrf+", "mrf-"], default="ising+")
@@ -237,14 +238,14 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     if args.preset:
         output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
         table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
-                           progress=not args.quiet, log=log)
+                           progress=not args.quiet, log=log, table_only=args.table_only)
     else:
         if not args.models or not args.datasets:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
         trials, epochs = (2, 100) if args.quick else (args.trials, args.epochs)
         output = args.output or "runs/benchmark"
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
-                         data_dir=args.data_dir, progress=not args.quiet, log=log)
+                         data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

@@ -107,8 +107,9 @@ def run_grid(
     data_dir: Optional[str] = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    table_only: bool = False,
 ) -> str:
-    """Run every (dataset, model, trial) not yet on disk; return the Markdown table."""
+    """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
     out = Path(output)
     for m in models:
         if m not in GBPN_MODELS + BASELINE_MODELS:
@@ -122,6 +123,8 @@ def run_grid(
                                      "versions": versions()})
     todo = [(d, m, t) for d in datasets for m in models for t in range(trials)
             if not (out / "rows" / f"{d}__{m}__{t}.json").is_file()]
+    if table_only:
+        todo = []
     log(f"{len(todo)} runs to do, {len(datasets) * len(models) * trials - len(todo)} already finished in {out}")
     loaded: Dict = {}
     skipped = set()
