@@ -123,9 +123,10 @@ def run_grid(
                                      "versions": versions()})
     todo = [(d, m, t) for d in datasets for m in models for t in range(trials)
             if not (out / "rows" / f"{d}__{m}__{t}.json").is_file()]
+    finished = len(datasets) * len(models) * trials - len(todo)
     if table_only:
         todo = []
-    log(f"{len(todo)} runs to do, {len(datasets) * len(models) * trials - len(todo)} already finished in {out}")
+    log(f"{len(todo)} runs to do, {finished} already finished in {out}")
     loaded: Dict = {}
     skipped = set()
     bar = tqdm(todo, disable=not progress, dynamic_ncols=True, desc="benchmark")
