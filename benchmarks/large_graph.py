@@ -19,7 +19,7 @@ import torch
 from gbpn.data.generators import ARXIV_SIZE, PRODUCTS_SIZE, planted_partition_graph
 from gbpn.data.splits import random_split
 from gbpn.nn import GBPN
-from gbpn.training import TrainConfig, _tree_epochs, accuracy, model_args, predict, prepare_features
+from gbpn.training import TrainConfig, tree_epochs, accuracy, model_args, predict, prepare_features
 
 
 def peak_gb() -> float:
@@ -50,7 +50,7 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
     masks = random_split(data.y, 0.3, 0.2, 0)
     x = prepare_features(data.x)
-    epoch = _tree_epochs(model, opt, data, x, masks[0].nonzero().view(-1), True, cfg, 0, torch.Generator().manual_seed(0))
+    epoch = tree_epochs(model, opt, data, x, masks[0].nonzero().view(-1), True, cfg, 0, torch.Generator().manual_seed(0))
     for k in range(args.epochs):
         model.train()
         t = time.perf_counter()

@@ -266,7 +266,7 @@ def predict(
     )
 
 
-def _tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
+def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                  config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
                  class_weight: Optional[Tensor] = None) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
@@ -380,7 +380,7 @@ def fit(
     if config.batch_size is None:
         train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
     else:
-        train_epoch = _tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw)
+        train_epoch = tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw)
     metrics, best_out, history = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist())

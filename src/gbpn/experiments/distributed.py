@@ -23,7 +23,7 @@ from gbpn.errors import GBPNError
 from gbpn.nn.model import GBPN
 from gbpn.training import (
     TrainConfig,
-    _tree_epochs,
+    tree_epochs,
     accuracy,
     default_dropout,
     model_args,
@@ -66,7 +66,7 @@ def fit_distributed(
     torch.manual_seed(seed * 1009 + rank + 1)  # independent dropout per rank
     gen = torch.Generator().manual_seed(seed * 1009 + rank + 1)  # independent tree sampling per rank
     x = prepare_features(data.x)
-    epoch_fn = _tree_epochs(ddp, opt, data, x, shard, config.variant == "gbpn", config, 0, gen)
+    epoch_fn = tree_epochs(ddp, opt, data, x, shard, config.variant == "gbpn", config, 0, gen)
     losses = []
     for epoch in range(config.epochs):
         model.train()
