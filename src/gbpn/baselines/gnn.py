@@ -32,7 +32,25 @@ from gbpn.baselines.training import feature_dropout
 from gbpn.errors import GBPNError
 
 
-class GCN(nn.Module):
+class TwoLayerGNN(nn.Module):
+    r""":math:`\mathrm{conv}_2(\mathrm{drop}(\mathrm{ReLU}(\mathrm{conv}_1(\mathrm{drop}(x)))))`; subclasses build
+    ``conv1`` and ``conv2`` (and may override :meth:`first_layer`)."""
+
+    dropout: float
+
+    def reset_parameters(self) -> None:
+        self.conv1.reset_parameters()
+        self.conv2.reset_parameters()
+
+    def first_layer(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        return self.conv1(x, edge_index)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        h = F.relu(self.first_layer(feature_dropout(x, self.dropout, self.training), edge_index))
+        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
+
+
+class GCN(TwoLayerGNN):
     """Two-layer GCN.
 
     Args:
@@ -59,16 +77,8 @@ class GCN(nn.Module):
         self.conv2 = GCNConv(hidden_channels, out_channels, add_self_loops=add_self_loops, cached=cached)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        self.conv1.reset_parameters()
-        self.conv2.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        h = F.relu(self.conv1(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
-
-
-class SAGE(nn.Module):
+class SAGE(TwoLayerGNN):
     """Two-layer GraphSAGE with the mean aggregator.
 
     With sparse input the first layer is evaluated through linearity,
@@ -94,10 +104,6 @@ class SAGE(nn.Module):
         self.conv2 = SAGEConv(hidden_channels, out_channels, aggr=aggr)
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        self.conv1.reset_parameters()
-        self.conv2.reset_parameters()
-
     def first_layer(self, x: Tensor, edge_index: Tensor) -> Tensor:
         """``conv1(x, edge_index)``, also for sparse COO ``x``."""
         if not x.is_sparse:
@@ -111,12 +117,8 @@ class SAGE(nn.Module):
             out = out + torch.sparse.mm(x, conv.lin_r.weight.T)
         return out
 
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        h = F.relu(self.first_layer(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
 
-
-class GAT(nn.Module):
+class GAT(TwoLayerGNN):
     """Two-layer GAT: ``heads`` x ``hidden_channels // heads`` concatenated hidden units, one output head.
 
     Args:
@@ -135,11 +137,3 @@ class GAT(nn.Module):
         self.conv1 = GATConv(in_channels, hidden_channels // heads, heads=heads, concat=True, dropout=dropout)
         self.conv2 = GATConv(hidden_channels, out_channels, heads=1, concat=False, dropout=dropout)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.conv1.reset_parameters()
-        self.conv2.reset_parameters()
-
-    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        h = F.relu(self.conv1(feature_dropout(x, self.dropout, self.training), edge_index))
-        return self.conv2(feature_dropout(h, self.dropout, self.training), edge_index)
