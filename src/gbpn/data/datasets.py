@@ -146,19 +146,22 @@ def _elliptic(root: Path) -> Data:
     _require(folder, ELLIPTIC_FILES, "elliptic")
     feats = np.loadtxt(folder / ELLIPTIC_FILES[0], delimiter=",", dtype=np.float64, ndmin=2)
     tx = feats[:, 0].astype(np.int64)
-    index = {t: i for i, t in enumerate(tx.tolist())}  # one-off id map at load time
+    order = np.argsort(tx)
+
+    def rows_of(ids: np.ndarray, what: Path) -> np.ndarray:
+        """Feature rows of transaction ids (one sorted lookup); every id must have features."""
+        pos = np.clip(np.searchsorted(tx[order], ids), 0, len(tx) - 1)
+        missing = tx[order][pos] != ids
+        if missing.any():
+            raise GBPNError(f"{what} names transaction {int(ids[missing][0])} that has no features")
+        return order[pos]
+
+    classes = np.loadtxt(folder / ELLIPTIC_FILES[1], delimiter=",", skiprows=1, dtype=str, ndmin=2)
+    known = np.isin(classes[:, 1], ["1", "2"]) & np.isin(classes[:, 0].astype(np.int64), tx)  # ids without features are skipped
     y = np.full(len(tx), -1, dtype=np.int64)
-    with open(folder / ELLIPTIC_FILES[1]) as fh:
-        next(fh)
-        for line in fh:
-            t, c = line.strip().split(",")
-            if c in ("1", "2") and int(t) in index:
-                y[index[int(t)]] = 1 if c == "1" else 0
+    y[rows_of(classes[known, 0].astype(np.int64), folder / ELLIPTIC_FILES[1])] = (classes[known, 1] == "1").astype(np.int64)
     edges = np.loadtxt(folder / ELLIPTIC_FILES[2], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
-    try:
-        ei = np.array([[index[a] for a in edges[:, 0]], [index[b] for b in edges[:, 1]]], dtype=np.int64)
-    except KeyError as err:
-        raise GBPNError(f"{folder / ELLIPTIC_FILES[2]} names transaction {err} that has no features") from None
+    ei = rows_of(edges.T.reshape(-1), folder / ELLIPTIC_FILES[2]).reshape(2, -1)
     x = feats[:, 1:]
     x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
     data = Data(x=torch.tensor(x, dtype=torch.float32), y=torch.from_numpy(y), edge_index=torch.from_numpy(ei))
