@@ -31,7 +31,7 @@ from gbpn.baselines.dagnn import DAGNN
 from gbpn.baselines.gmnn import GMNN, fit_gmnn
 from gbpn.baselines.gnn import GAT, GCN, SAGE
 from gbpn.baselines.propagation import CorrectSmoothModel, LabelPropagationModel
-from gbpn.baselines.training import Masks, split_metrics, train_full_batch
+from gbpn.baselines.training import Masks, csr_adjacency, split_metrics, train_full_batch
 from gbpn.errors import GBPNError
 from gbpn.nn.model import MLP
 from gbpn.training import default_dropout, prepare_features
@@ -148,10 +148,13 @@ def fit_baseline(
     f_in = data.num_features
     if key == "cs":
         return {**_fit_cs(MLP(f_in, hidden, c, 2, dropout), x, data, masks, epochs, lr, weight_decay, progress), **extra}
+    # GCN, SAGE and GMNN run on a sparse adjacency; GAT needs per-edge attention and
+    # DAGNN builds its own normalised one.
+    adj = csr_adjacency(ei, data.num_nodes)
     if key == "gmnn":
         model = GMNN(f_in, c, hidden, dropout, cached=True)
         gen = torch.Generator().manual_seed(seed + 1)
-        return {**fit_gmnn(model, x, ei, y, masks, epochs, lr, weight_decay, generator=gen, progress=progress), **extra}
+        return {**fit_gmnn(model, x, adj, y, masks, epochs, lr, weight_decay, generator=gen, progress=progress), **extra}
 
     builders: Dict[str, Callable[[], torch.nn.Module]] = {
         "mlp": lambda: MLP(f_in, hidden, c, 2, dropout),
@@ -161,6 +164,6 @@ def fit_baseline(
         "dagnn": lambda: DAGNN(f_in, c, hidden, num_hidden=1, K=10, dropout=dropout, cached=True),
     }
     model = builders[key]()
-    forward = (lambda: model(x)) if key == "mlp" else (lambda: model(x, ei))
+    forward = (lambda: model(x)) if key == "mlp" else (lambda: model(x, ei if key in ("gat", "dagnn") else adj))
     metrics, _ = train_full_batch(model, forward, y, masks, epochs, lr, weight_decay, progress, key)
     return {**metrics, **extra}

@@ -23,13 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
+from gbpn.baselines.training import csr_adjacency
 from gbpn.nn.model import MLP
 
 
 def normalized_adjacency(edge_index: Tensor, num_nodes: int, add_self_loops: bool = True) -> Tensor:
-    r""":math:`\tilde D^{-1/2} (A + I) \tilde D^{-1/2}` as a sparse COO ``[N, N]`` matrix (row = target)."""
+    r""":math:`\tilde D^{-1/2} (A + I) \tilde D^{-1/2}` as a sparse CSR ``[N, N]`` matrix (row = target)."""
     ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=add_self_loops)
-    return torch.sparse_coo_tensor(ei.flip(0), w, (num_nodes, num_nodes), check_invariants=False).coalesce()
+    return csr_adjacency(ei, num_nodes, w)
 
 
 class DAGNN(nn.Module):

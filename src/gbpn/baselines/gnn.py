@@ -19,6 +19,9 @@ PyG's:
 
 Inputs may be dense or sparse COO (bag-of-words features, see
 :func:`gbpn.training.prepare_features`); the first layer then never densifies them.
+GCN and SAGE also take the graph as a sparse ``adj_t``
+(:func:`gbpn.baselines.training.csr_adjacency`) instead of ``edge_index``, which is
+much faster on CPU.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
-from torch_geometric.utils import scatter
+from torch_geometric.utils import scatter, spmm
 
 from gbpn.baselines.training import feature_dropout
 from gbpn.errors import GBPNError
@@ -110,7 +113,10 @@ class SAGE(TwoLayerGNN):
             return self.conv1(x, edge_index)
         conv = self.conv1
         xl = torch.sparse.mm(x, conv.lin_l.weight.T)
-        out = scatter(xl[edge_index[0]], edge_index[1], dim=0, dim_size=x.size(0), reduce=self.aggr)
+        if edge_index.is_sparse or edge_index.layout == torch.sparse_csr:
+            out = spmm(edge_index, xl, reduce=self.aggr)
+        else:
+            out = scatter(xl[edge_index[0]], edge_index[1], dim=0, dim_size=x.size(0), reduce=self.aggr)
         if conv.lin_l.bias is not None:
             out = out + conv.lin_l.bias
         if conv.root_weight:
