@@ -25,6 +25,16 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=int, default=0, help="label sample of a synthetic grid, 0..9 (default: 0)")
 
 
+def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None:
+    """Options of the analyses that train models themselves."""
+    p.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn")
+    p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs per model (default: {epochs})")
+    p.add_argument("--trials", type=int, default=trials, help=f"seeded trials (default: {trials})")
+    p.add_argument("--batch-size", type=int, default=256, help="target nodes per mini-batch (default: 256)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: full batch)")
     t.add_argument("--fanout", type=int, default=5, help="mini-batch: neighbours kept per tree node (default: 5)")
     t.add_argument("--hops", type=int, default=None, help="mini-batch: tree depth (default: --steps)")
+    t.add_argument("--sampler", choices=["uniform", "exp3"], default="uniform",
+                   help="mini-batch: how tree neighbours are drawn; exp3 learns importance-sampling "
+                        "distributions online (paper appendix B) (default: uniform)")
+    t.add_argument("--exp3-gamma", type=float, default=0.05, help="share of uniform exploration in exp3 (default: 0.05)")
     t.add_argument("--edge-chunk", type=int, default=None,
                    help="evaluate BP this many edges at a time (bounded memory on large graphs)")
     t.add_argument("--class-weight", action="store_true", help="weight the loss by inverse class frequency")
@@ -104,11 +118,25 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--steps", type=int, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
-    ad = asub.add_parser("degree", help="predicted confidence, accuracy and log-likelihood against node degree")
-    ad.add_argument("--checkpoint", required=True)
+    ad = asub.add_parser("degree", help="with --checkpoint: confidence, accuracy and log-likelihood against node "
+                                        "degree; with --fanouts: train 1-hop GBPNs with at most d sampled "
+                                        "neighbours and score them by degree group (paper Figure 5)")
+    ad.add_argument("--checkpoint", default=None)
     _add_data_args(ad)
     ad.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
-    ad.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
+    ad.add_argument("--fanouts", type=int, nargs="+", default=None,
+                    help="maximum sampled neighbours to compare, 0 for all (e.g. 1 2 5 10 20 0)")
+    _add_study_args(ad, epochs=100, trials=3)
+    ad.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint, "
+                                                   "or runs/degree-<dataset> with --fanouts)")
+    asa = asub.add_parser("sampling", help="Exp3 importance sampling against uniform and optimal sampling: "
+                                           "variance ratios per epoch and accuracy (paper appendix B, Figure 7)")
+    _add_data_args(asa)
+    _add_study_args(asa, epochs=100, trials=3)
+    asa.add_argument("--fanout", type=int, default=5, help="neighbours drawn per tree node (default: 5)")
+    asa.add_argument("--hops", type=int, default=2, help="tree depth (default: 2)")
+    asa.add_argument("--exp3-gamma", type=float, default=0.05, help="share of uniform exploration (default: 0.05)")
+    asa.add_argument("--output", default=None, help="folder (default: runs/sampling-<dataset>)")
     ai = asub.add_parser("identifiability", help="learn H on grids sampled with a known H and compare (Figure 3)")
     ai.add_argument("--kinds", nargs="+", default=["ising+", "ising-", "mrf+", "mrf-"])
     ai.add_argument("--epochs", type=int, default=500)
@@ -143,7 +171,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr, weight_decay=args.weight_decay,
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
         precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
-        edge_chunk=args.edge_chunk, class_weight=args.class_weight,
+        edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
+        exp3_gamma=args.exp3_gamma,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"
@@ -295,6 +324,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
         print(f"figures and identifiability.csv in {args.output}")
         return 0
+    if args.analysis == "sampling" or (args.analysis == "degree" and args.fanouts):
+        return _cmd_sampling_study(args)
+    if args.analysis == "degree" and not args.checkpoint:
+        raise GBPNError("gbpn analyze degree needs --checkpoint (confidence by degree) or --fanouts (sub-sampling study)")
     from gbpn.experiments.convergence import convergence, node_layout, save_convergence, steps_to_tolerance
 
     model, meta, data, masks, mask, known = _checkpoint_and_data(args)
@@ -321,6 +354,53 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     print(f"largest belief change below 1e-4 after {tol_step} steps" if tol_step is not None
           else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
     print(f"wrote convergence.png/.svg/.csv and settle_steps.csv to {out}" + (f" (layout: {method})" if method else ""))
+    return 0
+
+
+def _cmd_sampling_study(args: argparse.Namespace) -> int:
+    """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
+    from gbpn.data.datasets import load_dataset
+    from gbpn.experiments import sampling
+    from gbpn.io import versions, write_json
+    from gbpn.training import TrainConfig
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
+        raise GBPNError("--trials, --epochs and --batch-size must be positive")
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample)
+    name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
+    kind = "sampling" if args.analysis == "sampling" else "degree"
+    out = Path(args.output or f"runs/{kind}-{name}")
+    record = {"command": f"analyze {args.analysis}", "dataset": name, "args": vars(args), "versions": versions()}
+    if kind == "sampling":
+        if args.fanout < 1 or args.hops < 1:
+            raise GBPNError("--fanout and --hops must be positive")
+        config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size, fanout=args.fanout,
+                             num_hops=args.hops, num_steps=args.hops, exp3_gamma=args.exp3_gamma)
+        result = sampling.variance_study(data, config, args.trials, args.seed)
+        summary = sampling.save_variance_study(result, out, title=f"on {name}")
+        write_json(out / "summary.json", {**record, "summary": summary})
+        print(f"{name}: variance Exp3/uniform {summary['importance_vs_uniform_second_half']:.3f} (mean over nodes) "
+              f"and {summary['total_importance_vs_uniform_second_half']:.3f} (total), Exp3/optimal "
+              f"{summary['importance_vs_optimal_second_half']:.3f}, uniform/optimal "
+              f"{summary['uniform_vs_optimal_second_half']:.3f} over the second half of training")
+        print(f"test accuracy: exp3 {100 * summary['exp3_test_accuracy_mean']:.2f} ± "
+              f"{100 * summary['exp3_test_accuracy_std']:.2f}, uniform {100 * summary['uniform_test_accuracy_mean']:.2f}"
+              f" ± {100 * summary['uniform_test_accuracy_std']:.2f}")
+        print(f"wrote variance.png/.svg/.csv, sampler_accuracy.csv and summary.json to {out}")
+        return 0
+    if any(f < 0 for f in args.fanouts):
+        raise GBPNError("--fanouts must be non-negative (0 keeps every neighbour)")
+    fanouts = [f or None for f in args.fanouts]
+    config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size)
+    rows = sampling.subsampling_study(data, fanouts, config, args.trials, args.seed)
+    sampling.save_subsampling_study(rows, out, title=f"on {name}")
+    write_json(out / "summary.json", {**record, "rows": rows})
+    for r in rows:
+        print(f"max neighbours {r['max_neighbours']!s:>4} trial {r['trial']}: " + "  ".join(
+            f"{g} ll {r[f'{g}_log_likelihood']:.3f} acc {r[f'{g}_accuracy']:.3f}" for g in ("all", "low30", "high70")))
+    print(f"wrote subsampling.png/.svg/.csv and summary.json to {out}")
     return 0
 
 

@@ -7,7 +7,7 @@ import platform
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import torch
 
@@ -44,6 +44,28 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
 
 def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, sort_keys=False, default=str))
+
+
+def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
+    """Rows of dicts as CSV (columns from the first row), written atomically."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    if rows:
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def save_figure(fig: Any, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> None:
+    """Save a matplotlib figure as ``stem.png`` and ``stem.svg`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    for ext in formats:
+        atomic_write(Path(f"{stem}.{ext}"), lambda fh: fig.savefig(fh, format=ext, dpi=120), mode="wb")
+    plt.close(fig)
 
 
 def read_json(path: str | Path) -> Any:

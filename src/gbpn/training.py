@@ -50,6 +50,8 @@ class TrainConfig:
     batch_size: Optional[int] = None  # mini-batch training on sampled computation trees; None: full batch
     fanout: Optional[int] = 5  # neighbours kept per tree node (None: all)
     num_hops: Optional[int] = None  # tree depth; None: num_steps
+    sampler: str = "uniform"  # "uniform" or "exp3" (importance sampling of tree neighbours, appendix B)
+    exp3_gamma: float = 0.05  # share of the uniform distribution mixed into Exp3's
     edge_chunk: Optional[int] = None  # evaluation BP in chunks of this many edges (bounded memory)
     class_weight: bool = False  # weight the loss by inverse class frequency of the training labels
     train_frac: float = 0.3
@@ -68,6 +70,12 @@ class TrainConfig:
             raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise GBPNError(f"batch_size must be positive, got {self.batch_size}")
+        if self.sampler not in ("uniform", "exp3"):
+            raise GBPNError(f"sampler must be 'uniform' or 'exp3', got {self.sampler!r}")
+        if self.sampler == "exp3" and (self.batch_size is None or self.fanout is None):
+            raise GBPNError("--sampler exp3 samples tree neighbours: it needs --batch-size and a --fanout")
+        if not 0 <= self.exp3_gamma <= 1:
+            raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
         if not 0 <= self.warmup <= 1:
             raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
 
@@ -268,7 +276,7 @@ def predict(
 
 def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                  config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
-                 class_weight: Optional[Tensor] = None) -> Callable[[int], float]:
+                 class_weight: Optional[Tensor] = None, sampler=None) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
 
     Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
@@ -277,10 +285,15 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     children per node, and BP runs ``num_hops`` steps on it (exact on a tree). Roots are
     never clamped. The degree temperature uses each root's number of sampled neighbours,
     the count its belief actually aggregates.
+
+    With an :class:`~gbpn.sampling.importance.Exp3Sampler` (built on ``sampler.graph``, the
+    CSR form of ``data.edge_index``) neighbours are drawn from its distributions, messages
+    carry importance weights, and the sampler learns from the messages every batch and
+    updates at the end of each epoch.
     """
     from gbpn.sampling import CSRGraph, sample_tree
 
-    graph = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+    graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     hops = config.num_hops or config.num_steps
     y = data.y
 
@@ -293,17 +306,25 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
         losses = []
         for start in range(0, perm.numel(), config.batch_size):
             targets = perm[start : start + config.batch_size]
-            tree = sample_tree(graph, targets, hops, config.fanout, gen)
+            tree = sample_tree(graph, targets, hops, config.fanout, gen,
+                               probs=None if sampler is None else sampler.probs)
             known_t = known[tree.node_map]
             known_t[: tree.batch_size] = False
             out = model(x.index_select(0, tree.node_map), tree.edge_index, tree.rev_index,
                         known_labels=y[tree.node_map], known_mask=known_t,
-                        num_steps=0 if epoch < warmup_epochs else hops)[: tree.batch_size]
+                        num_steps=0 if epoch < warmup_epochs else hops,
+                        message_weight=tree.message_weight(), return_messages=sampler is not None)
+            if sampler is not None:
+                out, log_msg = out
+                sampler.observe(tree, log_msg)
+            out = out[: tree.batch_size]
             alpha = None
             if config.degree_weight:
                 children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
                 alpha = children.clamp_min(1).float().pow(-0.5)
             losses.append(optimizer_step(opt, marginal_nll(out, y[targets], alpha, class_weight)))
+        if sampler is not None:
+            sampler.end_epoch()
         return sum(losses) / max(len(losses), 1)
 
     return epoch_fn
@@ -316,6 +337,7 @@ def fit(
     masks: Optional[Tuple[Tensor, Tensor, Tensor]] = None,
     progress: bool = False,
     desc: str = "train",
+    on_epoch: Optional[Callable[[int, GBPN, object], None]] = None,
 ) -> TrialResult:
     """Train one model with full-batch AdamW; keep the parameters of the best validation epoch.
 
@@ -329,6 +351,8 @@ def fit(
         seed: seeds the split (unless ``masks`` is given), the initialisation,
             dropout and the half-sampling.
         masks: ``(train, val, test)`` boolean masks; default a random split.
+        on_epoch: called as ``on_epoch(epoch, model, sampler)`` after each epoch's training
+            (``sampler`` is the :class:`~gbpn.sampling.importance.Exp3Sampler` or ``None``).
     """
     config.validate()
     num_classes = int(data.num_classes)
@@ -377,10 +401,24 @@ def fit(
         return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x,
                        edge_chunk=config.edge_chunk)
 
+    sampler = None
     if config.batch_size is None:
         train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
     else:
-        train_epoch = tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw)
+        if config.sampler == "exp3":
+            from gbpn.sampling import CSRGraph
+            from gbpn.sampling.importance import Exp3Sampler
+
+            sampler = Exp3Sampler(CSRGraph.from_edge_index(ei, data.num_nodes), config.fanout, config.exp3_gamma)
+        train_epoch = tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw, sampler)
+    if on_epoch is not None:
+        inner = train_epoch
+
+        def train_epoch(epoch: int) -> float:
+            loss = inner(epoch)
+            on_epoch(epoch, model, sampler)
+            return loss
+
     metrics, best_out, history = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist())

@@ -53,3 +53,44 @@ def test_confidence_by_degree_bins_cover_every_test_node():
     assert out["count"].sum() == int(res.masks[2].sum())
     assert ((out["confidence"] >= 0.5) & (out["confidence"] <= 1)).all()  # two classes: top class >= 1/2
     assert np.isclose((out["accuracy"] * out["count"]).sum() / out["count"].sum(), out["node_correct"].mean())
+
+
+def test_sampling_studies_write_their_figures_and_rows(tmp_path):
+    import csv
+
+    from gbpn.cli import main
+
+    # a random graph with degrees above the fanout, so sampling (and its variance) matters
+    from gbpn.data.generators import planted_partition_graph
+
+    data = planted_partition_graph(300, 3000, 8, 3, seed=0)
+    folder = tmp_path / "graph"
+    folder.mkdir()
+    np.savetxt(folder / "edges.csv", data.edge_index.T.numpy(), fmt="%d", delimiter=",")
+    np.savetxt(folder / "features.csv", data.x.numpy(), delimiter=",")
+    np.savetxt(folder / "labels.csv", data.y.numpy(), fmt="%d", delimiter=",")
+    out = tmp_path / "sampling"
+    assert main(["analyze", "sampling", "--dataset", str(folder), "--epochs", "3", "--trials", "1",
+                 "--fanout", "2", "--batch-size", "64", "--output", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "variance.csv")))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    # uniform sampling can never beat the optimal distribution
+    assert all(float(r["uniform_vs_optimal"]) >= 1 - 1e-9 for r in rows)
+    assert (out / "variance.png").is_file() and (out / "variance.svg").is_file()
+    out = tmp_path / "degree"
+    assert main(["analyze", "degree", "--fanouts", "2", "0", "--dataset", str(folder), "--epochs", "2",
+                 "--trials", "1", "--output", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "subsampling.csv")))
+    assert [r["max_neighbours"] for r in rows] == ["2", "all"]
+    assert all(float(r["all_log_likelihood"]) < 0 for r in rows)
+    assert (out / "subsampling.png").is_file()
+
+
+def test_degree_split_takes_the_lowest_thirty_percent():
+    import torch
+
+    from gbpn.experiments.sampling import degree_split
+
+    deg = torch.tensor([5, 1, 9, 3, 3, 7, 2, 8, 4, 6])
+    low = degree_split(deg.float())
+    assert low.sum() == 3 and set(deg[low].tolist()) == {1, 2, 3}

@@ -65,6 +65,11 @@ class BeliefPropagation(nn.Module):
           also the per-step residuals ``[K']``, with ``return_messages`` also the
           final log-messages ``[E, c]`` (row ``e`` is the message along edge ``e``)
 
+    ``message_weight`` ``[E]`` scales each incoming log-message in the sums above,
+    :math:`\log p_i \cong \log\phi_i + \sum_j w'_{j\to i} \log m_{j\to i}` (and the
+    cavity removes :math:`w'_{j\to i} \log m_{j\to i}`): the importance weights of
+    sub-sampled neighbours (:mod:`gbpn.sampling.importance`).
+
     ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
     edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
     """
@@ -113,6 +118,7 @@ class BeliefPropagation(nn.Module):
         return_residuals: bool = False,
         return_messages: bool = False,
         edge_chunk: Optional[int] = None,
+        message_weight: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
         num_nodes, c = log_self.shape
         if c != self.num_classes:
@@ -141,7 +147,7 @@ class BeliefPropagation(nn.Module):
         residuals: List[Tensor] = []
 
         def messages(s: slice) -> Tensor:
-            v = cavity(log_belief, log_msg, src[s], rev_index[s])
+            v = cavity(log_belief, log_msg, src[s], rev_index[s], message_weight)
             if edge_weight is None:
                 new = normalized_message(v, log_H)
             else:
@@ -164,7 +170,7 @@ class BeliefPropagation(nn.Module):
                     new_msg[s] = messages(s)
                 log_msg = new_msg
             prev = log_belief
-            log_belief = pin(aggregate(log_self, log_msg, dst))
+            log_belief = pin(aggregate(log_self, log_msg, dst, message_weight))
             if return_residuals or self.tol is not None:
                 res = (log_belief.detach().exp() - prev.detach().exp()).abs().sum(-1).amax() if num_nodes else log_belief.new_zeros(())
                 residuals.append(res)

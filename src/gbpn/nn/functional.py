@@ -126,22 +126,32 @@ def reverse_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     return order[pos]
 
 
-def cavity(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor) -> Tensor:
+def cavity(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, weight: Optional[Tensor] = None) -> Tensor:
     r"""Cavity log-beliefs for every edge :math:`i \to j`:
-    :math:`\log p_i(y_i) - \log m_{j \to i}(y_i)` ("all incoming but the reverse one").
+    :math:`\log p_i(y_i) - w_{j \to i} \log m_{j \to i}(y_i)` ("all incoming but the reverse one").
 
     Shapes:
-        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src, rev: ``[E]`` -> ``[E, c]``
+        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src, rev: ``[E]``, weight: ``[E]``
+        (per message, see :func:`aggregate`) -> ``[E, c]``
     """
-    return log_belief.index_select(0, src) - log_msg.index_select(0, rev)
+    back = log_msg.index_select(0, rev)
+    if weight is not None:
+        back = back * weight.index_select(0, rev).unsqueeze(-1)
+    return log_belief.index_select(0, src) - back
 
 
-def aggregate(log_self: Tensor, log_msg: Tensor, dst: Tensor) -> Tensor:
-    r"""Normalised log-beliefs :math:`\log p_i \cong \log\phi_i + \sum_{j \in N(i)} \log m_{j\to i}`.
+def aggregate(log_self: Tensor, log_msg: Tensor, dst: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+    r"""Normalised log-beliefs :math:`\log p_i \cong \log\phi_i + \sum_{j \in N(i)} w_{j\to i} \log m_{j\to i}`.
+
+    ``weight`` (default all ones) scales each incoming log-message: the importance weights
+    :math:`1 / (|N(i)|\, p_j)` of neighbours drawn with probabilities :math:`p`
+    (:mod:`gbpn.sampling.importance`) make the sum an unbiased estimate of the uniform one.
 
     Shapes:
-        log_self: ``[N, c]``, log_msg: ``[E, c]``, dst: ``[E]`` -> ``[N, c]``
+        log_self: ``[N, c]``, log_msg: ``[E, c]``, dst: ``[E]``, weight: ``[E]`` -> ``[N, c]``
     """
+    if weight is not None:
+        log_msg = log_msg * weight.unsqueeze(-1)
     return log_normalize(log_self.index_add(0, dst, log_msg))
 
 

@@ -144,8 +144,9 @@ class GBPN(nn.Module):
     Shapes:
         - **input:** ``x`` ``[N, F]`` (dense or sparse COO), ``edge_index``
           ``[2, E]``, optional ``rev_index`` ``[E]``, ``edge_weight`` ``[E]``,
-          ``known_labels``/``known_mask`` ``[N]``
-        - **output:** normalised log-beliefs ``[N, c]``
+          ``known_labels``/``known_mask`` ``[N]``, ``message_weight`` ``[E]``
+        - **output:** normalised log-beliefs ``[N, c]`` (plus residuals and/or final
+          messages on request, as for :class:`~gbpn.nn.bp.BeliefPropagation`)
     """
 
     def __init__(
@@ -196,7 +197,9 @@ class GBPN(nn.Module):
         known_mask: Optional[Tensor] = None,
         num_steps: Optional[int] = None,
         return_residuals: bool = False,
-    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+        return_messages: bool = False,
+        message_weight: Optional[Tensor] = None,
+    ) -> Union[Tensor, Tuple[Tensor, ...]]:
         return self.bp(
             self.self_potential(x),
             edge_index,
@@ -206,6 +209,8 @@ class GBPN(nn.Module):
             known_mask=known_mask,
             num_steps=num_steps,
             return_residuals=return_residuals,
+            return_messages=return_messages,
+            message_weight=message_weight,
         )
 
     def __repr__(self) -> str:
