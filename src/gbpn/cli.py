@@ -381,10 +381,10 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         result = sampling.variance_study(data, config, args.trials, args.seed)
         summary = sampling.save_variance_study(result, out, title=f"on {name}")
         write_json(out / "summary.json", {**record, "summary": summary})
-        print(f"{name}: variance Exp3/uniform {summary['importance_vs_uniform_second_half']:.3f} (mean over nodes) "
-              f"and {summary['total_importance_vs_uniform_second_half']:.3f} (total), Exp3/optimal "
-              f"{summary['importance_vs_optimal_second_half']:.3f}, uniform/optimal "
-              f"{summary['uniform_vs_optimal_second_half']:.3f} over the second half of training")
+        print(f"{name}, second half of training, variance summed over nodes (median node): "
+              + ", ".join(f"{a}/{b} {summary[f'total_{a}_vs_{b}_second_half']:.3f} "
+                          f"({summary[f'median_{a}_vs_{b}_second_half']:.3f})"
+                          for a, b in (("importance", "uniform"), ("importance", "optimal"), ("uniform", "optimal"))))
         print(f"test accuracy: exp3 {100 * summary['exp3_test_accuracy_mean']:.2f} ± "
               f"{100 * summary['exp3_test_accuracy_std']:.2f}, uniform {100 * summary['uniform_test_accuracy_mean']:.2f}"
               f" ± {100 * summary['uniform_test_accuracy_std']:.2f}")

@@ -247,6 +247,7 @@ def predict(
     x: Optional[Tensor] = None,
     node_chunk: Optional[int] = None,
     edge_chunk: Optional[int] = None,
+    message_dtype: Optional[torch.dtype] = None,
 ) -> Tensor:
     """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
 
@@ -254,6 +255,13 @@ def predict(
     the BP messages that many edges at a time, so a large graph's inference needs the
     ``[E, c]`` messages but never the MLP's ``[N, hidden]`` activations or ``[E, c]`` temporaries
     for the whole graph at once.
+
+    ``message_dtype`` (e.g. ``torch.bfloat16``) switches to
+    :meth:`~gbpn.nn.bp.BeliefPropagation.infer_pairs`: one in-place message buffer per
+    undirected edge in that precision, for graphs whose float32 messages do not fit in
+    memory. It reads ``data.pairs`` ``[2, P]`` (each undirected edge once) when present,
+    so a huge graph never needs its symmetric ``edge_index``; chunks are ``edge_chunk``
+    pairs (default 2^20).
     """
     model.eval()
     x = prepare_features(data.x) if x is None else x
@@ -262,6 +270,14 @@ def predict(
     else:
         log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)))))
                               for i in range(0, x.size(0), node_chunk)])
+    if message_dtype is not None:
+        if getattr(data, "edge_weight", None) is not None:
+            raise GBPNError("low-precision pair inference does not support edge weights")
+        pairs = getattr(data, "pairs", None)
+        if pairs is None:
+            pairs = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+        return model.bp.infer_pairs(log_self, pairs, data.y if known_mask is not None else None, known_mask,
+                                    num_steps=num_steps, pair_chunk=edge_chunk or 1 << 20, message_dtype=message_dtype)
     return model.bp(
         log_self,
         data.edge_index,
@@ -276,7 +292,8 @@ def predict(
 
 def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                  config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
-                 class_weight: Optional[Tensor] = None, sampler=None) -> Callable[[int], float]:
+                 class_weight: Optional[Tensor] = None, sampler=None, graph=None,
+                 max_batches: Optional[int] = None) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
 
     Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
@@ -290,10 +307,14 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     CSR form of ``data.edge_index``) neighbours are drawn from its distributions, messages
     carry importance weights, and the sampler learns from the messages every batch and
     updates at the end of each epoch.
+
+    ``graph`` (a :class:`~gbpn.sampling.CSRGraph`) saves building one from
+    ``data.edge_index``; ``max_batches`` caps the batches per epoch (for benchmarks).
     """
     from gbpn.sampling import CSRGraph, sample_tree
 
-    graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
+    if graph is None:
+        graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     hops = config.num_hops or config.num_steps
     y = data.y
 
@@ -304,7 +325,9 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
             known[perm[: perm.numel() // 2]] = True
             perm = perm[perm.numel() // 2 :]
         losses = []
-        for start in range(0, perm.numel(), config.batch_size):
+        for b, start in enumerate(range(0, perm.numel(), config.batch_size)):
+            if max_batches is not None and b >= max_batches:
+                break
             targets = perm[start : start + config.batch_size]
             tree = sample_tree(graph, targets, hops, config.fanout, gen,
                                probs=None if sampler is None else sampler.probs)

@@ -198,3 +198,19 @@ def test_edge_chunked_inference_equals_one_pass():
         full = layer(log_phi, ei, known_labels=labels, known_mask=mask)
         chunked = layer(log_phi, ei, known_labels=labels, known_mask=mask, edge_chunk=7)
     torch.testing.assert_close(chunked, full)
+
+
+def test_in_place_pair_inference_equals_the_synchronous_update():
+    ei = undirected([(i, (i + 1) % 40) for i in range(40)] + [(i, (i + 9) % 40) for i in range(40)])
+    pairs = ei[:, ei[0] < ei[1]]
+    log_phi = torch.randn(40, 5)
+    layer = BeliefPropagation(5, num_steps=6, damping=0.2)
+    with torch.no_grad():
+        layer.coupling.weight.normal_()
+        labels, mask = torch.randint(0, 5, (40,)), torch.rand(40) < 0.3
+        full = layer(log_phi, ei, known_labels=labels, known_mask=mask)
+        in_place = layer.infer_pairs(log_phi, pairs, labels, mask, pair_chunk=7, message_dtype=torch.float32)
+        half = layer.infer_pairs(log_phi, pairs, labels, mask, pair_chunk=7, message_dtype=torch.bfloat16)
+    torch.testing.assert_close(in_place, full, atol=1e-5, rtol=1e-5)
+    assert (half.exp() - full.exp()).abs().max() < 2e-2  # only the stored messages are rounded
+    assert torch.equal(in_place[mask].argmax(1), labels[mask])  # evidence stays clamped

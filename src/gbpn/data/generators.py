@@ -30,9 +30,15 @@ def planted_partition_graph(
     feature_scale: float = 0.5,
     seed: int = 0,
     clean: bool = True,
+    pairs_only: bool = False,
 ) -> Data:
     """A DC-SBM graph with ``num_edges`` sampled undirected edges (fewer after removing
-    self-loops and duplicates when ``clean``) and class-dependent Gaussian features."""
+    self-loops and duplicates when ``clean``) and class-dependent Gaussian features.
+
+    ``pairs_only`` returns the cleaned undirected edges once each as ``data.pairs``
+    ``[2, P]`` and no ``edge_index``: for Products-sized graphs, whose symmetric edge
+    list and reverse index alone would take 4 GB (see
+    :meth:`gbpn.nn.bp.BeliefPropagation.infer_pairs`)."""
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, num_classes, (num_nodes,), generator=g)
     # Pareto(degree_exponent - 1) weights give a power-law degree tail
@@ -56,7 +62,15 @@ def planted_partition_graph(
     dst[s_idx] = order[pos]
     mu = torch.randn(num_classes, num_features, generator=g) * feature_scale
     x = mu[y] + torch.randn(num_nodes, num_features, generator=g)
-    data = Data(x=x, y=y, edge_index=torch.stack([src, dst]))
+    if pairs_only:
+        keep = src != dst
+        lo, hi = torch.minimum(src[keep], dst[keep]), torch.maximum(src[keep], dst[keep])
+        del src, dst, keep
+        key = torch.unique(lo * num_nodes + hi)
+        del lo, hi
+        data = Data(x=x, y=y, pairs=torch.stack([key // num_nodes, key % num_nodes]), num_nodes=num_nodes)
+    else:
+        data = Data(x=x, y=y, edge_index=torch.stack([src, dst]))
     data.num_classes = num_classes
     data.name = f"dcsbm-{num_nodes}"
-    return clean_graph(data) if clean else data
+    return clean_graph(data) if clean and not pairs_only else data

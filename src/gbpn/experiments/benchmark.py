@@ -131,7 +131,8 @@ def run_grid(
     skipped = set()
     bar = tqdm(todo, disable=not progress, dynamic_ncols=True, desc="benchmark")
     for d, m, t in bar:
-        if d in skipped:
+        # another worker on the same folder may have finished it meanwhile
+        if d in skipped or (out / "rows" / f"{d}__{m}__{t}.json").is_file():
             continue
         bar.set_postfix_str(f"{d} {m} trial {t}")
         if d not in loaded:

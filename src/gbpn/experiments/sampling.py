@@ -19,7 +19,8 @@ from gbpn.io import save_figure, write_csv
 from gbpn.sampling.importance import variance_ratios
 from gbpn.training import TrainConfig, fit, predict, prepare_features
 
-RATIOS = ("importance_vs_optimal", "uniform_vs_optimal", "importance_vs_uniform", "total_importance_vs_uniform")
+RATIOS = tuple(f"{k}_{a}_vs_{b}" for k in ("total", "median")
+               for a, b in (("importance", "optimal"), ("uniform", "optimal"), ("importance", "uniform")))
 
 
 def _known(config: TrainConfig, train_mask: Tensor) -> Optional[Tensor]:
@@ -87,16 +88,17 @@ def save_variance_study(result: Dict[str, List[Dict]], out_dir: str | Path, titl
     write_csv(out / "variance.csv", result["epochs"])
     write_csv(out / "sampler_accuracy.csv", result["accuracy"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for key, label, color, ax in (("importance_vs_optimal", "Exp3 / optimal", "tab:blue", axes[0]),
-                                  ("uniform_vs_optimal", "uniform / optimal", "tab:orange", axes[0]),
-                                  ("importance_vs_uniform", "Exp3 / uniform", "tab:green", axes[1])):
-        ep, mean, std = _mean_std(result["epochs"], key)
-        ax.plot(ep, mean, color=color, label=label)
-        ax.fill_between(ep, mean - std, mean + std, color=color, alpha=0.2)
+    for pair, label, color, ax in (("importance_vs_optimal", "Exp3 / optimal", "tab:blue", axes[0]),
+                                   ("uniform_vs_optimal", "uniform / optimal", "tab:orange", axes[0]),
+                                   ("importance_vs_uniform", "Exp3 / uniform", "tab:green", axes[1])):
+        for kind, style in (("total", "-"), ("median", ":")):
+            ep, mean, std = _mean_std(result["epochs"], f"{kind}_{pair}")
+            ax.plot(ep, mean, style, color=color, label=f"{label} ({'summed over nodes' if kind == 'total' else 'median node'})")
+            ax.fill_between(ep, mean - std, mean + std, color=color, alpha=0.15)
     for ax, ttl in zip(axes, ("(a) variance relative to the optimal p*", "(b) variance of Exp3 relative to uniform")):
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set_xlabel("epoch")
-        ax.set_ylabel("variance ratio (mean over nodes)")
+        ax.set_ylabel("variance ratio (mean ± std over trials)")
         ax.set_title(ttl, fontsize=10)
         ax.legend(fontsize=8)
     fig.suptitle(f"neighbour sampling variance {title}", fontsize=11)

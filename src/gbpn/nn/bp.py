@@ -185,6 +185,68 @@ class BeliefPropagation(nn.Module):
             out += (log_msg,)
         return out
 
+    @torch.no_grad()
+    def infer_pairs(
+        self,
+        log_self: Tensor,
+        pairs: Tensor,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        pair_chunk: int = 1 << 20,
+        message_dtype: torch.dtype = torch.bfloat16,
+    ) -> Tensor:
+        r"""Inference-only BP for graphs whose messages barely fit in memory.
+
+        The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once, no
+        self-loops); the messages of both directions of a pair sit side by side in one
+        ``[P, 2, c]`` buffer stored in ``message_dtype`` (bfloat16 halves float32). Since
+        the new :math:`m_{u	o v}` and :math:`m_{v	o u}` depend only on the previous
+        beliefs and on each other's previous values, a chunk of pairs is updated in
+        place, both directions together: one buffer instead of two, and no
+        ``[E, c]`` temporaries beyond a chunk. The new beliefs accumulate chunk by chunk.
+        The result is the same synchronous update as :meth:`forward` (up to the
+        rounding of stored messages to ``message_dtype``). Messages are stored centred
+        over the classes (a constant per message changes no belief), which keeps their
+        rounding error small in half precision. Without edge weights.
+
+        Memory: ``2 P c`` stored messages plus ``O(N c)`` beliefs plus one chunk.
+        """
+        num_nodes, c = log_self.shape
+        steps = self.num_steps if num_steps is None else num_steps
+        log_H = self.coupling.log_H.float()
+        known_idx, clamp = None, None
+        if known_mask is not None and bool(known_mask.any()):
+            known_idx = known_mask.nonzero().view(-1)
+            clamp = clamp_log_potential(known_labels[known_idx], c)
+        log_self = log_normalize(log_self.float())
+        if clamp is not None:
+            log_self[known_idx] = clamp
+        log_belief = log_self
+        msg = torch.zeros((pairs.size(1), 2, c), dtype=message_dtype)
+        u_all, v_all = pairs[0], pairs[1]
+        for _ in range(steps):
+            acc = log_self.clone()
+            for start in range(0, pairs.size(1), pair_chunk):
+                s = slice(start, start + pair_chunk)
+                u, v = u_all[s].long(), v_all[s].long()
+                old = msg[s].float()  # [p, 2, c]: [:, 0] is u -> v, [:, 1] is v -> u
+                cav = torch.stack([log_belief.index_select(0, u) - old[:, 1], log_belief.index_select(0, v) - old[:, 0]], 1)
+                new = normalized_message(cav.view(-1, c), log_H).view(-1, 2, c)
+                if self.damping > 0:
+                    new = log_normalize(torch.logaddexp(new + math.log1p(-self.damping),
+                                                        log_normalize(old) + math.log(self.damping)))
+                # stored centred over the classes: beliefs ignore a constant per message, and small
+                # centred values round far less than log-normalised ones (about -log c each)
+                msg[s] = (new - new.mean(-1, keepdim=True)).to(message_dtype)
+                stored = msg[s].float()  # aggregate exactly what the next step's cavity will subtract
+                acc.index_add_(0, v, stored[:, 0])
+                acc.index_add_(0, u, stored[:, 1])
+            log_belief = log_normalize(acc)
+            if clamp is not None:
+                log_belief[known_idx] = clamp
+        return log_belief
+
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "

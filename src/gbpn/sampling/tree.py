@@ -40,6 +40,12 @@ class CSRGraph:
         rowptr[1:] = torch.cumsum(torch.bincount(src, minlength=num_nodes), 0)
         return cls(rowptr, dst.long())
 
+    @classmethod
+    def from_pairs(cls, pairs: Tensor, num_nodes: int) -> "CSRGraph":
+        """From undirected edges ``[2, P]`` given once each (both directions are added)."""
+        u, v = pairs[0].long(), pairs[1].long()
+        return cls.from_edge_index(torch.stack([torch.cat([u, v]), torch.cat([v, u])]), num_nodes)
+
     @property
     def num_nodes(self) -> int:
         return self.rowptr.numel() - 1
