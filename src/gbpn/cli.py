@@ -188,7 +188,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _checkpoint_and_data(args: argparse.Namespace):
     """The checkpoint's model, its metadata, the graph checked against it, the split and the evidence mask."""
     from gbpn.data.datasets import load_dataset
-    from gbpn.data.splits import random_split
+    from gbpn.data.splits import split_from_record
     from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
@@ -198,8 +198,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
                         f"{model.in_channels}")
     if int(data.y.max()) >= model.num_classes:
         raise GBPNError(f"labels go up to {int(data.y.max())} but the checkpoint knows {model.num_classes} classes")
-    split = meta["split"]
-    masks = random_split(data.y, split["train"], split["val"], split["seed"]) if int((data.y >= 0).sum()) >= 3 else None
+    masks = split_from_record(data, meta["split"]) if int((data.y >= 0).sum()) >= 3 else None
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
     mask = None
     if known == "train":

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +158,53 @@ def test_elliptic_csv_layout(tmp_path):
     assert d.class_names == ["licit", "illicit"]
     tr, va, te = random_split(d.y, seed=0)
     assert not (tr | va | te)[2]
+
+
+def _fake_ogb(root, name, num_nodes=40, num_edges=90, feats=6, classes=4, split="time"):
+    """A tiny data set in the layout the OGB zip unpacks to."""
+    import gzip
+
+    pytest.importorskip("ogb")
+    rng = np.random.default_rng(0)
+    folder = root / name.replace("-", "_")
+    (folder / "raw").mkdir(parents=True)
+    (folder / "split" / split).mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text("fabricated for a test\n")
+
+    def write(path, rows):
+        with gzip.open(path, "wt") as fh:
+            fh.write("\n".join(",".join(str(v) for v in np.atleast_1d(r)) for r in rows) + "\n")
+
+    edges = rng.integers(0, num_nodes, size=(num_edges, 2))
+    edges = edges[edges[:, 0] != edges[:, 1]]
+    write(folder / "raw" / "edge.csv.gz", edges)
+    write(folder / "raw" / "node-feat.csv.gz", rng.normal(size=(num_nodes, feats)).round(4))
+    write(folder / "raw" / "node-label.csv.gz", rng.integers(0, classes, size=num_nodes))
+    write(folder / "raw" / "num-node-list.csv.gz", [num_nodes])
+    write(folder / "raw" / "num-edge-list.csv.gz", [len(edges)])
+    write(folder / "raw" / "node_year.csv.gz", rng.integers(2000, 2020, size=num_nodes))
+    perm = rng.permutation(num_nodes)
+    for part, idx in (("train", perm[:20]), ("valid", perm[20:28]), ("test", perm[28:])):
+        write(folder / "split" / split / f"{part}.csv.gz", idx)
+    return edges
+
+
+def test_ogbn_layout_from_a_read_only_folder(tmp_path):
+    edges = _fake_ogb(tmp_path / "data", "ogbn-arxiv")
+    os.chmod(tmp_path / "data", 0o555)
+    try:
+        data = load_dataset("ogbn-arxiv", str(tmp_path / "data"))
+    finally:
+        os.chmod(tmp_path / "data", 0o755)
+    undirected = {tuple(sorted(e)) for e in edges.tolist()}
+    assert data.num_nodes == 40 and data.num_features == 6 and data.edge_index.size(1) == 2 * len(undirected)
+    assert data.public_splits.shape == (3, 1, 40)
+    assert data.public_splits[:, 0].sum(1).tolist() == [20, 8, 12]
+    assert not (tmp_path / "data" / "ogbn_arxiv" / "processed").exists()  # the data folder was not written to
+
+
+def test_ogbn_without_release_file_is_a_clear_error(tmp_path):
+    _fake_ogb(tmp_path, "ogbn-products", split="sales_ranking")
+    (tmp_path / "ogbn_products" / "RELEASE_v1.txt").unlink()
+    with pytest.raises(GBPNError, match="RELEASE_v1.txt"):
+        load_dataset("ogbn-products", str(tmp_path))

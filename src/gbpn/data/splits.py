@@ -1,7 +1,7 @@
 """Random train/validation/test splits as boolean masks."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch import Tensor
@@ -31,3 +31,27 @@ def random_split(
         m[idx] = True
         masks.append(m)
     return masks[0], masks[1], masks[2]
+
+
+def trial_split(data, trial: int, seed: int, train: float = 0.3, val: float = 0.2
+                ) -> Tuple[Tuple[Tensor, Tensor, Tensor], Dict]:
+    """The masks of one trial and a description that rebuilds them (:func:`split_from_record`):
+    the data set's public split number ``trial`` (modulo their count) where it has
+    ``public_splits`` ``[3, S, N]`` (geom-gcn, Platonov et al., OGB), else a random
+    ``train``/``val``/rest split seeded with ``seed``."""
+    public = getattr(data, "public_splits", None)
+    if public is not None:
+        k = trial % public.size(1)
+        return (public[0, k], public[1, k], public[2, k]), {"kind": "public", "index": k}
+    return random_split(data.y, train, val, seed), {"kind": "random", "train": train, "val": val, "seed": seed}
+
+
+def split_from_record(data, record: Dict) -> Tuple[Tensor, Tensor, Tensor]:
+    """Masks from a description written by :func:`trial_split` (older records: random)."""
+    if record.get("kind") == "public":
+        public = getattr(data, "public_splits", None)
+        if public is None:
+            raise GBPNError("the checkpoint was trained on a public split that this graph does not have")
+        k = int(record["index"])
+        return public[0, k], public[1, k], public[2, k]
+    return random_split(data.y, record["train"], record["val"], record["seed"])

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gbpn.data.datasets import load_dataset
-from gbpn.data.splits import random_split
+from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.io import atomic_write, read_json, versions, write_json
 from gbpn.training import TrainConfig, fit
@@ -50,15 +50,6 @@ PRESETS: Dict[str, Dict] = {
     },
 }
 QUICK = {"trials": 2, "epochs": 100}
-
-
-def _masks(data, trial: int, seed: int):
-    """The data set's public split number ``trial`` if it has them, else a seeded random 30/20/50 split."""
-    public = getattr(data, "public_splits", None)
-    if public is not None:
-        k = trial % public.size(1)
-        return (public[0, k], public[1, k], public[2, k]), f"public split {k}"
-    return random_split(data.y, 0.3, 0.2, seed), f"random 30/20/50 seed {seed}"
 
 
 def run_one(model: str, data, masks, seed: int, epochs: int) -> Dict:
@@ -144,7 +135,8 @@ def run_grid(
                 continue
         data = loaded[d]
         s = seed + t
-        masks, split = _masks(data, t, s)
+        masks, record = trial_split(data, t, s)
+        split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
         start = time.perf_counter()
         metrics = run_one(m, data, masks, s, epochs)
         row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,

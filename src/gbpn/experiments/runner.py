@@ -17,6 +17,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from gbpn.data.datasets import load_dataset
+from gbpn.data.splits import trial_split
 from gbpn.errors import GBPNError
 from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json
 from gbpn.training import TrainConfig, fit, model_args
@@ -45,7 +46,8 @@ def run_trials(
     progress: bool = True,
     log: Callable[[str], None] = print,
 ) -> Dict:
-    """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split).
+    """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split, or
+    the data set's public splits where it has them, see :func:`gbpn.data.splits.trial_split`).
 
     Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
     ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std).
@@ -62,7 +64,9 @@ def run_trials(
         "sample": sample,
         "seed": seed,
         "trials": trials,
-        "split": {"kind": "random", "train": config.train_frac, "val": config.val_frac, "seed": "seed + trial"},
+        "split": ({"kind": "public", "index": "trial mod number of public splits"}
+                  if getattr(data, "public_splits", None) is not None else
+                  {"kind": "random", "train": config.train_frac, "val": config.val_frac, "seed": "seed + trial"}),
         "graph": {"num_nodes": data.num_nodes, "num_edges": int(data.edge_index.size(1)),
                   "num_features": data.num_features, "num_classes": int(data.num_classes)},
         "train": config.to_dict(),
@@ -86,7 +90,8 @@ def run_trials(
         if trial in finished:
             continue
         s = seed + trial
-        res = fit(data, config, seed=s, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
+        masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
+        res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
         train, val, test = res.masks
         buf = io.BytesIO()
         np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
@@ -97,7 +102,7 @@ def run_trials(
             save_checkpoint(out / "model.pt", res.model, {
                 "model_args": model_args(data.num_features, int(data.num_classes), config, res.metrics["dropout"]),
                 "variant": config.variant, "dataset": data.name, "sample": sample, "seed": s,
-                "split": {"train": config.train_frac, "val": config.val_frac, "seed": s},
+                "split": split,
                 "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
                 "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
             })
