@@ -28,6 +28,7 @@ from gbpn.training import TrainConfig, fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 BASELINE_MODELS = ("mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs")
+LARGE_MODELS = ("sage-sampled", "gat-sampled", "cluster-gcn")  # mini-batch; --epochs counts passes over the data
 
 PRESETS: Dict[str, Dict] = {
     "table2": {
@@ -60,7 +61,11 @@ def run_one(model: str, data, masks, seed: int, epochs: int) -> Dict:
         from gbpn.baselines import fit_baseline
 
         return fit_baseline(model, data, masks, seed=seed, epochs=epochs)
-    raise GBPNError(f"unknown model {model!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS)}")
+    if model in LARGE_MODELS:
+        from gbpn.baselines.large import fit_large_baseline
+
+        return fit_large_baseline(model, data, masks, seed=seed, epochs=epochs)
+    raise GBPNError(f"unknown model {model!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
 
 
 def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
@@ -103,8 +108,8 @@ def run_grid(
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
     out = Path(output)
     for m in models:
-        if m not in GBPN_MODELS + BASELINE_MODELS:
-            raise GBPNError(f"unknown model {m!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS)}")
+        if m not in GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS:
+            raise GBPNError(f"unknown model {m!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed}
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")

@@ -91,6 +91,27 @@ class ComputationTree:
         return torch.cat([w, torch.ones_like(w)])
 
 
+def choose_uniform(seg: Tensor, num_segments: int, fanout: int, generator: Optional[torch.Generator] = None) -> Tensor:
+    """Indices of at most ``fanout`` entries per segment, uniformly without replacement (all of
+    a segment's entries when it has fewer), grouped by segment: each entry gets a random key
+    and the ``fanout`` smallest keys per segment win."""
+    order = torch.argsort(torch.rand(seg.numel(), generator=generator))
+    order = order[torch.argsort(seg[order], stable=True)]  # by segment, random within
+    counts = torch.bincount(seg, minlength=num_segments)
+    rank = torch.arange(seg.numel()) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    return order[rank < fanout]
+
+
+def expand(graph: CSRGraph, nodes: Tensor):
+    """Every CSR slot of ``nodes``: ``(seg, slot)`` with ``seg[k]`` the position in ``nodes``
+    and ``graph.col[slot[k]]`` the neighbour, grouped by ``seg``."""
+    counts = graph.degree()[nodes]
+    seg = torch.repeat_interleave(torch.arange(nodes.numel()), counts)
+    starts = torch.repeat_interleave(graph.rowptr[nodes], counts)
+    offsets = torch.arange(seg.numel()) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    return seg, starts + offsets
+
+
 def sample_tree(
     graph: CSRGraph,
     targets: Tensor,
@@ -123,26 +144,16 @@ def sample_tree(
     total = targets.numel()
     deg = graph.degree()
     for hop in range(1, num_hops + 1):
-        counts = deg[frontier_graph]
-        if int(counts.sum()) == 0:
+        if int(deg[frontier_graph].sum()) == 0:
             break
-        seg = torch.repeat_interleave(torch.arange(frontier.numel()), counts)
-        starts = torch.repeat_interleave(graph.rowptr[frontier_graph], counts)
-        offsets = torch.arange(seg.numel()) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-        slot = starts + offsets
+        seg, slot = expand(graph, frontier_graph)
         cand = graph.col[slot]
         keep = cand != frontier_parent_graph[seg]  # never step back to the parent
         seg, slot = seg[keep], slot[keep]
         dprob = torch.zeros(seg.numel(), dtype=torch.float64)
         weight = torch.ones(seg.numel(), dtype=torch.float64)
         if fanout is not None and probs is None:
-            key = torch.rand(seg.numel(), generator=generator)
-            order = torch.argsort(key)
-            order = order[torch.argsort(seg[order], stable=True)]  # by segment, random within
-            seg, slot = seg[order], slot[order]
-            seg_counts = torch.bincount(seg, minlength=frontier.numel())
-            rank = torch.arange(seg.numel()) - torch.repeat_interleave(torch.cumsum(seg_counts, 0) - seg_counts, seg_counts)
-            sel = rank < fanout
+            sel = choose_uniform(seg, frontier.numel(), fanout, generator)
             seg, slot, dprob, weight = seg[sel], slot[sel], dprob[sel], weight[sel]
         elif fanout is not None:
             seg, slot, dprob, weight = _draw(seg, slot, probs, fanout, frontier.numel(), generator)
