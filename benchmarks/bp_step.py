@@ -7,6 +7,9 @@ process's peak RSS growth over what the graph itself needs (VmHWM reset after se
 
     python benchmarks/bp_step.py --nodes 169343 --edges 1166243 --classes 2 7 40 47
 
+"fused" is the same step with the message update compiled by ``torch.compile``
+(``BeliefPropagation(compile=True)``); its one-off compilation is not timed.
+
 The plain form needs E*c*c floats (20 GB at arXiv size and c = 47): with --plain-edge-fraction
 it runs on that fraction of the edges and its time and memory are scaled up linearly, which
 the table marks with '~'.
@@ -62,6 +65,12 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         def run():
             with torch.no_grad():
                 return conv(x, ei)
+    elif op == "compiled":
+        from gbpn.nn.functional import compiled_cavity_message
+
+        def run():
+            with torch.no_grad():
+                return aggregate(log_self, compiled_cavity_message(log_belief, log_msg, src, rev, log_H), dst)
     else:
         def run():
             with torch.no_grad():
@@ -71,7 +80,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
                 else:
                     m = log_normalize(log_matmul_exp_dense(v, log_H))
                 return aggregate(log_self, m, dst)
-    run()
+    run()  # warm-up (and, for "compiled", the one-off compilation)
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
     base = _rss_kb("VmRSS")
@@ -102,21 +111,23 @@ def main() -> None:
         return
     print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {args.threads} thread(s); "
           f"median of {args.reps}")
-    print(f"{'c':>3} {'BP s':>8} {'GCNConv s':>10} {'BP/GCN':>7} {'plain s':>9} {'plain/BP':>9} "
-          f"{'BP MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}")
+    print(f"{'c':>3} {'BP s':>8} {'GCNConv s':>10} {'BP/GCN':>7} {'fused s':>8} {'fused/GCN':>9} {'plain s':>9} "
+          f"{'plain/BP':>9} {'BP MB':>8} {'fused MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}")
     for c in args.classes:
         res = {}
-        for op in ("lean", "gcn", "plain"):
+        for op in ("lean", "compiled", "gcn", "plain"):
             cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
                    str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
                    "--plain-edge-fraction", str(args.plain_edge_fraction)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             res[op] = json.loads(out.stdout.strip().splitlines()[-1])
-        lean, gcn, plain = res["lean"], res["gcn"], res["plain"]
+        lean, fused, gcn, plain = res["lean"], res["compiled"], res["gcn"], res["plain"]
         mark = "~" if c >= 20 and args.plain_edge_fraction < 1 else ""
         print(f"{c:>3} {lean['seconds']:>8.3f} {gcn['seconds']:>10.3f} {lean['seconds'] / gcn['seconds']:>7.2f} "
+              f"{fused['seconds']:>8.3f} {fused['seconds'] / gcn['seconds']:>9.2f} "
               f"{mark + format(plain['seconds'], '.3f'):>9} {plain['seconds'] / lean['seconds']:>9.1f} "
-              f"{lean['peak_mb']:>8.0f} {gcn['peak_mb']:>8.0f} {mark + format(plain['peak_mb'], '.0f'):>9} "
+              f"{lean['peak_mb']:>8.0f} {fused['peak_mb']:>8.0f} {gcn['peak_mb']:>8.0f} "
+              f"{mark + format(plain['peak_mb'], '.0f'):>9} "
               f"{plain['peak_mb'] / max(lean['peak_mb'], 1e-9):>12.1f}", flush=True)
 
 

@@ -214,3 +214,22 @@ def test_in_place_pair_inference_equals_the_synchronous_update():
     torch.testing.assert_close(in_place, full, atol=1e-5, rtol=1e-5)
     assert (half.exp() - full.exp()).abs().max() < 2e-2  # only the stored messages are rounded
     assert torch.equal(in_place[mask].argmax(1), labels[mask])  # evidence stays clamped
+
+
+def test_compiled_message_update_equals_eager():
+    import shutil
+
+    import pytest
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("torch.compile on CPU needs a C++ compiler")
+    ei = undirected([(i, (i + 1) % 25) for i in range(25)] + [(i, (i + 6) % 25) for i in range(25)])
+    log_phi = torch.randn(25, 4)
+    eager = BeliefPropagation(4, num_steps=4, damping=0.1)
+    fused = BeliefPropagation(4, num_steps=4, damping=0.1, compile=True)
+    with torch.no_grad():
+        eager.coupling.weight.normal_()
+        fused.coupling.weight.copy_(eager.coupling.weight)
+        labels, mask = torch.randint(0, 4, (25,)), torch.rand(25) < 0.3
+        torch.testing.assert_close(fused(log_phi, ei, known_labels=labels, known_mask=mask, edge_chunk=9),
+                                   eager(log_phi, ei, known_labels=labels, known_mask=mask), atol=1e-5, rtol=1e-5)

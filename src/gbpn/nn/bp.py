@@ -12,6 +12,7 @@ from gbpn.nn.functional import (
     aggregate,
     cavity,
     clamp_log_potential,
+    compiled_cavity_message,
     log_matmul_exp_weighted,
     log_normalize,
     normalized_message,
@@ -55,6 +56,10 @@ class BeliefPropagation(nn.Module):
         learn_coupling (bool, optional): learn :math:`H` or keep it fixed.
             (default: ``True``)
         coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
+        compile (bool, optional): at inference (no gradient, no edge or message weights),
+            run the message update as one ``torch.compile``-fused kernel
+            (:func:`~gbpn.nn.functional.compiled_cavity_message`); the first call
+            compiles for about a minute. (default: ``False``)
 
     Shapes:
         - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
@@ -82,6 +87,7 @@ class BeliefPropagation(nn.Module):
         tol: Optional[float] = None,
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
+        compile: bool = False,
     ):
         super().__init__()
         if num_steps < 0:
@@ -92,6 +98,7 @@ class BeliefPropagation(nn.Module):
         self.num_steps = num_steps
         self.damping = damping
         self.tol = tol
+        self.compile = compile
         self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
         self.reset_parameters()
 
@@ -146,12 +153,15 @@ class BeliefPropagation(nn.Module):
         log_msg = log_self.new_full((src.numel(), c), -math.log(c))
         residuals: List[Tensor] = []
 
+        fused = self.compile and not torch.is_grad_enabled() and edge_weight is None and message_weight is None
+
         def messages(s: slice) -> Tensor:
-            v = cavity(log_belief, log_msg, src[s], rev_index[s], message_weight)
-            if edge_weight is None:
-                new = normalized_message(v, log_H)
+            if fused:
+                new = compiled_cavity_message(log_belief, log_msg, src[s], rev_index[s], log_H)
             else:
-                new = log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s]))
+                v = cavity(log_belief, log_msg, src[s], rev_index[s], message_weight)
+                new = (normalized_message(v, log_H) if edge_weight is None
+                       else log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s])))
             if self.damping > 0:
                 new = log_normalize(
                     torch.logaddexp(new + math.log1p(-self.damping), log_msg[s] + math.log(self.damping))

@@ -81,6 +81,32 @@ def normalized_message(v: Tensor, log_H: Tensor) -> Tensor:
     return _NormalizedMessage.apply(v, log_H)
 
 
+def cavity_message(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, log_H: Tensor) -> Tensor:
+    r"""``normalized_message(cavity(log_belief, log_msg, src, rev), log_H)`` written as one
+    plain function, so that ``torch.compile`` can fuse the gathers, the max-shifted
+    exponential and the normalisation around the ``[E, c] @ [c, c]`` product
+    (:func:`compiled_cavity_message`). Inference only: no custom backward.
+
+    Shapes:
+        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src, rev: ``[E]``, log_H: ``[c, c]`` -> ``[E, c]``
+    """
+    v = log_belief.index_select(0, src) - log_msg.index_select(0, rev)
+    e = torch.exp(v - v.amax(dim=-1, keepdim=True))
+    P = (e @ torch.exp(log_H - log_H.amax())).clamp_min(torch.finfo(v.dtype).tiny)
+    return torch.log(P / P.sum(dim=-1, keepdim=True))
+
+
+_COMPILED = {}
+
+
+def compiled_cavity_message(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, log_H: Tensor) -> Tensor:
+    """:func:`cavity_message` through ``torch.compile`` (compiled once per process, with
+    dynamic shapes; the first call takes about a minute and needs a C++ compiler on CPU)."""
+    if "fn" not in _COMPILED:
+        _COMPILED["fn"] = torch.compile(cavity_message, dynamic=True)
+    return _COMPILED["fn"](log_belief, log_msg, src, rev, log_H)
+
+
 def log_matmul_exp_weighted(v: Tensor, log_H: Tensor, edge_weight: Tensor) -> Tensor:
     r"""Like :func:`log_matmul_exp` with a per-row coupling :math:`H^{w_e}` (element-wise power).
 
