@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evidence to clamp: none (inductive), train (the checkpoint's training split), labeled "
                         "(every node with a label >= 0, e.g. your own labels.csv); auto: train for gbpn, none for gbpn-i")
     p.add_argument("--steps", "-K", dest="num_steps", type=int, default=None, help="BP steps (default: as trained)")
+    p.add_argument("--node-chunk", type=int, default=None, help="self-potentials this many nodes at a time")
+    p.add_argument("--edge-chunk", type=int, default=None, help="BP messages this many edges (pairs) at a time")
+    p.add_argument("--half-messages", action="store_true",
+                   help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
+                        "(about a quarter of the default's message memory)")
     p.add_argument("--output", default="predictions.csv", help="CSV to write (default: predictions.csv)")
 
     b = sub.add_parser("benchmark", help="grid of models x datasets x trials, resumable, with a Markdown table")
@@ -215,7 +220,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.training import predict
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
-    probs = predict(model, data, mask, num_steps=args.num_steps).exp().numpy()
+    for opt in ("node_chunk", "edge_chunk"):
+        if getattr(args, opt) is not None and getattr(args, opt) < 1:
+            raise GBPNError(f"--{opt.replace('_', '-')} must be positive")
+    probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
+                    message_dtype=torch.bfloat16 if args.half_messages else None).exp().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
     buf = io.StringIO()
     w = csv.writer(buf)
