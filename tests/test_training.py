@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from conftest import undirected
@@ -83,3 +84,13 @@ def test_f1_threshold_is_chosen_on_validation_and_class_weights_balance():
     val = torch.arange(100) % 2 == 0
     out = f1_with_val_threshold(log_b, y, val, ~val)
     assert out["val_f1"] > 0.999 and out["test_f1"] == 1.0 and 0.1 < out["threshold"] <= 0.3
+
+
+@pytest.mark.parametrize("name, homophilous", [("election", True), ("sexual", False)])
+def test_learned_coupling_direction_on_election_and_sexual(data_dir, name, homophilous):
+    """A short run learns H with the sign of the graph's label mixing (paper Figure 3 e-f)."""
+    data = load_dataset(name, data_dir)
+    res = fit(data, TrainConfig(epochs=60, hidden=64), seed=0)
+    H = res.model.H
+    same, across = float(H[0, 0] + H[1, 1]), float(2 * H[0, 1])  # equal at the start (H = 1)
+    assert (same > 1.05 * across) if homophilous else (same < across / 1.05), H
