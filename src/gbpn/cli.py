@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--trials", type=int, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
     b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
+                        "baselines with this many target nodes per batch")
     b.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA)")
     b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
@@ -281,8 +284,11 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
         trials, epochs = (2, 100) if args.quick else (args.trials, args.epochs)
         output = args.output or "runs/benchmark"
+        if args.batch_size is not None and args.batch_size < 1:
+            raise GBPNError("--batch-size must be positive")
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
-                         data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only)
+                         data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
+                         batch_size=args.batch_size)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

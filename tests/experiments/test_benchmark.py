@@ -42,3 +42,13 @@ def test_unknown_model_and_presets():
     with pytest.raises(GBPNError, match="unknown model"):
         run_grid(["nope"], ["synth-ising+"], trials=1, output="/tmp/unused-gbpn", progress=False)
     assert {"table2", "table3", "heterophily"} <= set(PRESETS)
+
+
+def test_mini_batch_grid_runs_gbpn_on_trees_and_the_large_baselines(tmp_path):
+    run_grid(["gbpn", "sage-sampled"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
+             log=lambda m: None, batch_size=512)
+    rows = {p.name: json.loads(p.read_text()) for p in (tmp_path / "rows").glob("*.json")}
+    assert set(rows) == {"synth-ising+__gbpn__0.json", "synth-ising+__sage-sampled__0.json"}
+    assert all(0 <= r["test_accuracy"] <= 1 for r in rows.values())
+    with pytest.raises(GBPNError, match="batch size"):  # a finished grid is not silently mixed with another
+        run_grid(["gbpn"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)

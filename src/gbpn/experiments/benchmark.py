@@ -53,10 +53,12 @@ PRESETS: Dict[str, Dict] = {
 QUICK = {"trials": 2, "epochs": 100}
 
 
-def run_one(model: str, data, masks, seed: int, epochs: int) -> Dict:
-    """Train and score one model on one split; returns its metrics."""
+def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None) -> Dict:
+    """Train and score one model on one split; returns its metrics. ``batch_size`` trains
+    GBPN on sampled trees (T = 2, d = 5) instead of full-batch."""
     if model in GBPN_MODELS:
-        return fit(data, TrainConfig(variant=model, epochs=epochs), seed=seed, masks=masks).metrics
+        config = TrainConfig(variant=model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None)
+        return fit(data, config, seed=seed, masks=masks).metrics
     if model in BASELINE_MODELS:
         from gbpn.baselines import fit_baseline
 
@@ -64,7 +66,7 @@ def run_one(model: str, data, masks, seed: int, epochs: int) -> Dict:
     if model in LARGE_MODELS:
         from gbpn.baselines.large import fit_large_baseline
 
-        return fit_large_baseline(model, data, masks, seed=seed, epochs=epochs)
+        return fit_large_baseline(model, data, masks, seed=seed, epochs=epochs, batch_size=batch_size or 1024)
     raise GBPNError(f"unknown model {model!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
 
 
@@ -104,17 +106,19 @@ def run_grid(
     progress: bool = True,
     log: Callable[[str], None] = print,
     table_only: bool = False,
+    batch_size: Optional[int] = None,
 ) -> str:
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
     out = Path(output)
     for m in models:
         if m not in GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
-    grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed}
+    grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
+            "batch_size": batch_size}
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
-        if old.get("epochs") != epochs or old.get("seed") != seed:
-            raise GBPNError(f"{out} holds a grid with other epochs/seed; choose a new --output folder")
+        if old.get("epochs") != epochs or old.get("seed") != seed or old.get("batch_size") != batch_size:
+            raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size; choose a new --output folder")
     write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
                                      "versions": versions()})
     todo = [(d, m, t) for d in datasets for m in models for t in range(trials)
@@ -143,7 +147,7 @@ def run_grid(
         masks, record = trial_split(data, t, s)
         split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
         start = time.perf_counter()
-        metrics = run_one(m, data, masks, s, epochs)
+        metrics = run_one(m, data, masks, s, epochs, batch_size)
         row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
                "seconds": time.perf_counter() - start,
                **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
