@@ -19,7 +19,7 @@ neighbours, in node chunks, then the second layer the same way (never the whole 
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 import torch
 import torch.nn.functional as F

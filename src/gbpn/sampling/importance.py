@@ -32,10 +32,12 @@ times drawn), and
 
 .. math::
     p_{\tau+1} \propto \exp\Big(-\eta_{\tau+1} \sum_{s \le \tau} \tilde\ell_s\Big), \qquad
-    \eta_{\tau+1} = \sqrt{\frac{\log n}{\sum_{s\le\tau} \sum_j p_{s,j}\tilde\ell_{s,j}^2}},
+    \eta_{\tau+1} = \sqrt{\frac{\log n}{n\,\tau'}},
 
-mixed with a fraction ``gamma`` of the uniform distribution so that every neighbour keeps
-being explored. (The paper writes the loss with :math:`g_j` in place of :math:`g_j^2`; the
+where :math:`\tau'` counts the epochs in which the node drew neighbours (the time-varying
+rate of Exp3 for losses in [0, 1]), mixed with a fraction ``gamma`` of the uniform
+distribution so that every neighbour keeps being explored. A node observed several times in
+an epoch (in several trees) averages its estimates into that epoch's one round. (The paper writes the loss with :math:`g_j` in place of :math:`g_j^2`; the
 squared form is the gradient of :math:`\mathrm{Var}(p)` that the bound is about.)
 """
 from __future__ import annotations
@@ -117,12 +119,10 @@ class Exp3Sampler:
         self.rows = _rows(graph)
         n = graph.num_nodes
         self.cum_loss = torch.zeros(graph.col.numel(), dtype=torch.float64)
-        self.cum_norm = torch.zeros(n, dtype=torch.float64)
         self.probs = uniform_probs(graph)
         self._loss = torch.zeros_like(self.cum_loss)
-        self._norm = torch.zeros_like(self.cum_norm)
-        self._seen = torch.zeros_like(self.cum_norm)
-        self._rounds = torch.zeros_like(self.cum_norm)
+        self._seen = torch.zeros(n, dtype=torch.float64)
+        self._rounds = torch.zeros(n, dtype=torch.float64)
         self.epochs = 0
 
     @torch.no_grad()
@@ -145,7 +145,6 @@ class Exp3Sampler:
         loss = 1.0 - grad / scale[parent].clamp_min(1e-300)
         est = loss / (self.fanout * p)
         self._loss.index_add_(0, slot, est)
-        self._norm.index_add_(0, self.rows[slot], p * est.pow(2))
         # one observation per drawing tree node, whatever its number of draws
         parents = torch.unique(parent)
         self._seen.index_add_(0, tree.node_map[parents], torch.ones(parents.numel(), dtype=torch.float64))
@@ -155,19 +154,14 @@ class Exp3Sampler:
         """Fold the epoch's averaged estimates into the cumulative losses and update :attr:`probs`."""
         seen = self._seen.clamp_min(1)
         self.cum_loss += self._loss / seen[self.rows]
-        self.cum_norm += self._norm / seen
         deg = self.graph.degree().double()
         self._rounds += (self._seen > 0).double()
         eta = torch.sqrt(torch.log(deg.clamp_min(2)) / (deg * self._rounds.clamp_min(1)))
         p = softmax(-eta[self.rows] * self.cum_loss, self.rows, num_nodes=self.graph.num_nodes)
         self.probs = (1 - self.gamma) * p + self.gamma / deg[self.rows]
         self._loss.zero_()
-        self._norm.zero_()
         self._seen.zero_()
         self.epochs += 1
-
-    def state_dict(self) -> Dict[str, Tensor]:
-        return {"cum_loss": self.cum_loss, "cum_norm": self.cum_norm, "probs": self.probs}
 
 
 def variance_ratios(log_msg: Tensor, edge_index: Tensor, num_nodes: int, fanout: int,
