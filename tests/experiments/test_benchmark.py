@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from gbpn.errors import GBPNError
@@ -45,10 +46,21 @@ def test_unknown_model_and_presets():
 
 
 def test_mini_batch_grid_runs_gbpn_on_trees_and_the_large_baselines(tmp_path):
-    run_grid(["gbpn", "sage-sampled"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
-             log=lambda m: None, batch_size=512)
-    rows = {p.name: json.loads(p.read_text()) for p in (tmp_path / "rows").glob("*.json")}
-    assert set(rows) == {"synth-ising+__gbpn__0.json", "synth-ising+__sage-sampled__0.json"}
+    # a bring-your-own folder is named by its last path component
+    from gbpn.data import load_dataset
+
+    data = load_dataset("synth-ising+")
+    folder = tmp_path / "my graph"
+    folder.mkdir()
+    ei = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+    np.save(folder / "edges.npy", ei.T.numpy())
+    np.save(folder / "features.npy", data.x.numpy())
+    np.save(folder / "labels.npy", data.y.numpy())
+    out = tmp_path / "grid"
+    table = run_grid(["gbpn", "sage-sampled"], [str(folder)], trials=1, output=out, epochs=2, progress=False,
+                     log=lambda m: None, batch_size=512)
+    rows = {p.name: json.loads(p.read_text()) for p in (out / "rows").glob("*.json")}
+    assert set(rows) == {"my graph__gbpn__0.json", "my graph__sage-sampled__0.json"} and "| my graph |" in table
     assert all(0 <= r["test_accuracy"] <= 1 for r in rows.values())
     with pytest.raises(GBPNError, match="batch size"):  # a finished grid is not silently mixed with another
-        run_grid(["gbpn"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+        run_grid(["gbpn"], [str(folder)], trials=1, output=out, epochs=2, progress=False, log=lambda m: None)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -121,6 +122,9 @@ def run_grid(
             raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size; choose a new --output folder")
     write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
                                      "versions": versions()})
+    # a bring-your-own folder is named by its last path component in rows and tables
+    source = {(Path(d).name if os.path.isdir(os.path.expanduser(d)) else d): d for d in datasets}
+    datasets = list(source)
     todo = [(d, m, t) for d in datasets for m in models for t in range(trials)
             if not (out / "rows" / f"{d}__{m}__{t}.json").is_file()]
     finished = len(datasets) * len(models) * trials - len(todo)
@@ -137,7 +141,7 @@ def run_grid(
         bar.set_postfix_str(f"{d} {m} trial {t}")
         if d not in loaded:
             try:
-                loaded = {d: load_dataset(d, data_dir)}
+                loaded = {d: load_dataset(source[d], data_dir)}
             except DatasetNotFoundError as err:
                 log(f"skipping {d}: {err}")
                 skipped.add(d)
