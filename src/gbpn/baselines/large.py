@@ -36,26 +36,22 @@ from gbpn.training import optimizer_step, prepare_features, train_with_selection
 LARGE_BASELINES = ("sage-sampled", "gat-sampled", "cluster-gcn")
 
 
-def _rows(x: Tensor, idx: Tensor) -> Tensor:
-    return x.index_select(0, idx)
-
-
 @torch.no_grad()
 def layerwise_inference(model: TwoLayerGNN, x: Tensor, graph: CSRGraph, node_chunk: int = 65536) -> Tensor:
     """Logits ``[N, c]`` of a two-layer model with every neighbour, one layer at a time in
     chunks of ``node_chunk`` target nodes (exact for mean aggregation and attention)."""
     model.eval()
-    h = x
-    for layer in (model.first_layer, model.conv2):
+
+    def apply(layer, h: Tensor) -> Tensor:
+        # neighbourhoods are rebuilt per layer rather than held for the whole graph (O(E) memory)
         outs = []
         for start in range(0, graph.num_nodes, node_chunk):
             targets = torch.arange(start, min(start + node_chunk, graph.num_nodes))
             nodes, ei = in_edges(graph, targets)
-            outs.append(layer(_rows(h, nodes), ei)[: targets.numel()])
-        h = torch.cat(outs)
-        if layer == model.first_layer:
-            h = F.relu(h)
-    return h
+            outs.append(layer(h.index_select(0, nodes), ei)[: targets.numel()])
+        return torch.cat(outs)
+
+    return apply(model.conv2, F.relu(apply(model.first_layer, x)))
 
 
 def metis_clusters(graph: CSRGraph, num_parts: int) -> Tensor:
@@ -131,14 +127,14 @@ def fit_large_baseline(
                 target = train_mask[nodes].nonzero().view(-1)
                 if target.numel() == 0:
                     continue
-                out = model(_rows(x, nodes), induced_subgraph(graph, nodes))
+                out = model(x.index_select(0, nodes), induced_subgraph(graph, nodes))
                 losses.append(optimizer_step(opt, F.cross_entropy(out[target], y[nodes[target]])))
         else:
             perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
             for start in range(0, perm.numel(), batch_size):
                 seeds = perm[start : start + batch_size]
                 nodes, ei = sample_subgraph(graph, seeds, [fanout, fanout], gen)
-                out = model(_rows(x, nodes), ei)[: seeds.numel()]
+                out = model(x.index_select(0, nodes), ei)[: seeds.numel()]
                 losses.append(optimizer_step(opt, F.cross_entropy(out, y[seeds])))
         return sum(losses) / max(len(losses), 1)
 

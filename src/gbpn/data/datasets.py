@@ -59,8 +59,9 @@ def _is_writable(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
 
 
-def _writable_copy(root: Path, sub: str) -> Path:
-    """``root`` if PyG may write there, else a cache folder holding a copy of ``root/sub``'s raw files."""
+def _writable_copy(root: Path, sub: str, whole: bool = False) -> Path:
+    """``root`` if a loader may write there, else a cache folder holding a copy of ``root/sub``'s
+    raw files (its ``raw`` folders, or with ``whole`` everything but ``processed``)."""
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -70,13 +71,13 @@ def _writable_copy(root: Path, sub: str) -> Path:
     target = cache_root() / "pyg" / root.resolve().as_posix().strip("/").replace("/", "_")
     src = root / sub
     if src.is_dir():
-        for raw in src.rglob("raw"):
-            dest = target / raw.relative_to(root)
+        for folder in [src] if whole else src.rglob("raw"):
+            dest = target / folder.relative_to(root)
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 tmp = dest.with_name(dest.name + ".partial")
                 shutil.rmtree(tmp, ignore_errors=True)
-                shutil.copytree(raw, tmp)
+                shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns("processed"))
                 os.replace(tmp, dest)  # a half-finished copy never looks complete
     return target
 
@@ -152,15 +153,7 @@ def _ogb(key: str, root: Path) -> Data:
         # ogb would stop and ask on stdin whether to delete the folder
         raise DatasetNotFoundError(f"{src} is not an OGB dataset folder (RELEASE_v1.txt is missing); "
                                    "unpack the OGB zip there or remove the folder")
-    where = root
-    if not _is_writable(root):
-        where = cache_root() / "ogb" / root.resolve().as_posix().strip("/").replace("/", "_")
-        dest = where / sub
-        if src.is_dir() and not dest.exists():
-            tmp = dest.with_name(dest.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("processed"))
-            os.replace(tmp, dest)
+    where = _writable_copy(root, sub, whole=True)
     where.mkdir(parents=True, exist_ok=True)
     # ogb reloads the file it has just written with a bare torch.load, which torch >= 2.6
     # refuses for PyG objects unless full unpickling is allowed for this trusted local file.

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.io import atomic_write
+from gbpn.io import atomic_write, save_figure
 from gbpn.nn.model import GBPN
 from gbpn.training import predict, prepare_features
 
@@ -131,10 +131,5 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
         ax.set_ylabel("component 2")
         ax.legend(loc="lower right", fontsize=8, markerscale=3)
     fig.tight_layout()
-    paths = []
-    for ext in ("png", "svg"):
-        p = out / f"convergence.{ext}"
-        atomic_write(p, lambda fh: fig.savefig(fh, format=ext, dpi=120), mode="wb")
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    save_figure(fig, out / "convergence")
+    return [out / "convergence.png", out / "convergence.svg"]

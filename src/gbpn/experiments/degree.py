@@ -18,7 +18,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.data.graph import degree
-from gbpn.io import atomic_write
+from gbpn.io import atomic_write, save_figure
 from gbpn.nn.model import GBPN
 from gbpn.training import predict
 
@@ -78,6 +78,4 @@ def save_degree(result: Dict[str, np.ndarray], out_dir: str | Path, title: str =
     ax.set_title(f"confidence against degree {title}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    for ext in ("png", "svg"):
-        atomic_write(out / f"degree.{ext}", lambda fh: fig.savefig(fh, format=ext, dpi=120), mode="wb")
-    plt.close(fig)
+    save_figure(fig, out / "degree")

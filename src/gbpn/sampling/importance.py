@@ -43,7 +43,7 @@ squared form is the gradient of :math:`\mathrm{Var}(p)` that the bound is about.
 from __future__ import annotations
 
 import math
-from typing import Dict
+from typing import Dict, Tuple
 
 import torch
 from torch import Tensor
@@ -67,6 +67,27 @@ def centred(log_msg: Tensor) -> Tensor:
     return m - m.mean(-1, keepdim=True)
 
 
+def _moments(log_msg: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Per edge :math:`g_j^2`, per node :math:`\sum_y (\sum_j m_j(y))^2` and the in-degree,
+    from the centred messages: everything the variance needs besides :math:`p`."""
+    m = centred(log_msg)
+    g2 = m.pow(2).sum(-1)
+    mean_sq = torch.zeros(num_nodes, m.size(1), dtype=torch.float64).index_add_(0, dst, m).pow(2).sum(-1)
+    return g2, mean_sq, torch.bincount(dst, minlength=num_nodes).double()
+
+
+def _optimal(g2: Tensor, deg: Tensor, dst: Tensor) -> Tensor:
+    g = g2.sqrt()
+    total = torch.zeros(deg.numel(), dtype=torch.float64).index_add_(0, dst, g)
+    return torch.where(total[dst] > 0, g / total[dst].clamp_min(1e-300), 1.0 / deg[dst])
+
+
+def _variance(g2: Tensor, mean_sq: Tensor, deg: Tensor, dst: Tensor, probs: Tensor, fanout: int) -> Tensor:
+    second = torch.zeros(deg.numel(), dtype=torch.float64).index_add_(0, dst, g2 / probs.double())
+    var = fanout / deg.clamp_min(1).pow(2) * (second - mean_sq)
+    return torch.where(deg > fanout, var.clamp_min(0), torch.zeros_like(var))
+
+
 def optimal_probs(log_msg: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
     r""":math:`p^*_j \propto \sqrt{\sum_y (\log m_{j\to i}(y))^2}` over the incoming edges of each
     node ``i = dst``; rows whose messages are all zero get the uniform distribution.
@@ -74,11 +95,8 @@ def optimal_probs(log_msg: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
     Shapes:
         log_msg: ``[E, c]``, dst: ``[E]`` -> ``[E]`` (sums to 1 per ``dst``)
     """
-    g = centred(log_msg).pow(2).sum(-1).sqrt()
-    deg = torch.bincount(dst, minlength=num_nodes).double()
-    total = torch.zeros(num_nodes, dtype=torch.float64).index_add_(0, dst, g)
-    uniform = 1.0 / deg[dst]
-    return torch.where(total[dst] > 0, g / total[dst].clamp_min(1e-300), uniform)
+    g2, _, deg = _moments(log_msg, dst, num_nodes)
+    return _optimal(g2, deg, dst)
 
 
 def sampling_variance(log_msg: Tensor, dst: Tensor, probs: Tensor, num_nodes: int, fanout: int) -> Tensor:
@@ -89,12 +107,8 @@ def sampling_variance(log_msg: Tensor, dst: Tensor, probs: Tensor, num_nodes: in
     Shapes:
         log_msg: ``[E, c]`` (the message along each edge into ``dst``), dst, probs: ``[E]`` -> ``[N]``
     """
-    m = centred(log_msg)
-    deg = torch.bincount(dst, minlength=num_nodes).double()
-    second = torch.zeros(num_nodes, dtype=torch.float64).index_add_(0, dst, m.pow(2).sum(-1) / probs.double())
-    mean = torch.zeros(num_nodes, m.size(1), dtype=torch.float64).index_add_(0, dst, m)
-    var = fanout / deg.clamp_min(1).pow(2) * (second - mean.pow(2).sum(-1))
-    return torch.where(deg > fanout, var.clamp_min(0), torch.zeros_like(var))
+    g2, mean_sq, deg = _moments(log_msg, dst, num_nodes)
+    return _variance(g2, mean_sq, deg, dst, probs, fanout)
 
 
 class Exp3Sampler:
@@ -179,13 +193,11 @@ def variance_ratios(log_msg: Tensor, edge_index: Tensor, num_nodes: int, fanout:
     ``probs_csr`` are per-CSR-slot probabilities of ``graph`` (e.g. :attr:`Exp3Sampler.probs`).
     """
     src, dst = edge_index[0], edge_index[1]
-    # the CSR slot of edge src -> dst lives in row dst (dst's neighbour src)
-    key_csr = _rows(graph) * num_nodes + graph.col
-    order = torch.argsort(key_csr)
-    pos = torch.searchsorted(key_csr[order], dst * num_nodes + src)
-    deg = torch.bincount(dst, minlength=num_nodes).double()
-    var = {name: sampling_variance(log_msg, dst, p, num_nodes, fanout) for name, p in (
-        ("importance", probs_csr[order[pos]]), ("uniform", 1.0 / deg[dst]), ("optimal", optimal_probs(log_msg, dst, num_nodes)))}
+    # the CSR slot of edge src -> dst lives in row dst (dst's neighbour src); CSR keys are sorted
+    slot = torch.searchsorted(_rows(graph) * num_nodes + graph.col, dst * num_nodes + src)
+    g2, mean_sq, deg = _moments(log_msg, dst, num_nodes)  # once for the three distributions
+    var = {name: _variance(g2, mean_sq, deg, dst, p, fanout) for name, p in (
+        ("importance", probs_csr[slot]), ("uniform", 1.0 / deg[dst]), ("optimal", _optimal(g2, deg, dst)))}
     sampled = deg > fanout
     out: Dict[str, float] = {"nodes": int(sampled.sum())}
     for a, b in (("importance", "optimal"), ("uniform", "optimal"), ("importance", "uniform")):

@@ -27,7 +27,8 @@ from torch import Tensor
 
 @dataclass
 class CSRGraph:
-    """Neighbour lists of a symmetric graph: the neighbours of ``v`` are ``col[rowptr[v]:rowptr[v+1]]``."""
+    """Neighbour lists of a symmetric graph: the neighbours of ``v`` are ``col[rowptr[v]:rowptr[v+1]]``,
+    in increasing order (so ``row * N + col`` is sorted over all slots)."""
 
     rowptr: Tensor
     col: Tensor
