@@ -3,6 +3,7 @@ import torch
 
 from conftest import undirected
 from gbpn.data import load_dataset
+from gbpn.errors import GBPNError
 from gbpn.training import (
     TrainConfig,
     degree_temperature,
@@ -94,3 +95,13 @@ def test_learned_coupling_direction_on_election_and_sexual(data_dir, name, homop
     H = res.model.H
     same, across = float(H[0, 0] + H[1, 1]), float(2 * H[0, 1])  # equal at the start (H = 1)
     assert (same > 1.05 * across) if homophilous else (same < across / 1.05), H
+
+
+def test_patience_stops_training_and_keeps_the_best_epoch():
+    data = load_dataset("synth-ising+")
+    result = fit(data, TrainConfig(variant="gbpn-i", epochs=300, patience=2, hidden=16), seed=0)
+    m, history = result.metrics, result.history
+    assert m["epochs_run"] == len(history) == m["best_epoch"] + 3 < 300
+    assert m["val_accuracy"] == max(h["val_accuracy"] for h in history)
+    with pytest.raises(GBPNError, match="patience"):
+        TrainConfig(patience=0).validate()

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--hidden", type=int, default=256, help="MLP hidden units (default: 256)")
     t.add_argument("--dropout", type=float, default=None, help="MLP dropout (default: per dataset, as in the paper)")
     t.add_argument("--epochs", type=int, default=500, help="full-batch training steps (default: 500)")
+    t.add_argument("--patience", type=int, default=None,
+                   help="stop after this many epochs without a better validation accuracy (default: run all epochs)")
     t.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
     t.add_argument("--coupling-lr", type=float, default=1e-2, help="learning rate of the coupling H (default: 1e-2)")
     t.add_argument("--weight-decay", type=float, default=2.5e-4, help="AdamW weight decay (default: 2.5e-4)")
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--trials", type=int, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
+    b.add_argument("--patience", type=int, default=None,
+                   help="free grid: stop a run after this many epochs without a better validation accuracy")
     b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
     b.add_argument("--batch-size", type=int, default=None,
                    help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
@@ -180,7 +184,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
         precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
         edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
-        exp3_gamma=args.exp3_gamma,
+        exp3_gamma=args.exp3_gamma, patience=args.patience,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"
@@ -288,7 +292,7 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
             raise GBPNError("--batch-size must be positive")
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, patience=args.patience)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

@@ -38,6 +38,7 @@ class TrainConfig:
     num_hidden: int = 2
     dropout: Optional[float] = None  # None: the per-dataset value of the appendix
     epochs: int = 500
+    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
     lr: float = 1e-3
     weight_decay: float = 2.5e-4
     degree_weight: bool = True
@@ -62,6 +63,8 @@ class TrainConfig:
             raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
         if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:
             raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
+        if self.patience is not None and self.patience < 1:
+            raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.precision not in ("fp32", "bf16"):
@@ -178,12 +181,14 @@ def train_with_selection(
     epochs: int,
     progress: bool = False,
     desc: str = "train",
+    patience: Optional[int] = None,
 ) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
     """The loop shared by GBPN and the baselines: ``train_epoch(epoch)`` takes the epoch's
     optimiser step(s) in train mode and returns its loss, then ``evaluate(epoch)`` (eval mode,
     no grad) gives ``[N, c]`` scores.
     The parameters of the epoch with the highest validation accuracy are restored at the end
-    (ties keep the earlier epoch).
+    (ties keep the earlier epoch). With ``patience``, training stops once that many epochs
+    in a row bring no higher validation accuracy (``epochs`` is then a ceiling).
 
     Returns the best epoch's metrics (``train/val/test_accuracy``, ``best_epoch``,
     ``train_seconds``), its evaluation output and the per-epoch history.
@@ -212,11 +217,15 @@ def train_with_selection(
             best, best_out = dict(row), out
             best_state = copy.deepcopy(model.state_dict())
         bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
+        if patience is not None and epoch - best["epoch"] >= patience:
+            break
+    bar.close()
     metrics = {
         "train_accuracy": best["train_accuracy"],
         "val_accuracy": best["val_accuracy"],
         "test_accuracy": best["test_accuracy"],
         "best_epoch": best["epoch"],
+        "epochs_run": len(history),
         "train_seconds": time.perf_counter() - start,
     }
     model.load_state_dict(best_state)
@@ -443,7 +452,7 @@ def fit(
             return loss
 
     metrics, best_out, history = train_with_selection(
-        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc)
+        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience)
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist())
     positive = getattr(data, "positive_class", None)
     if positive is not None and num_classes == 2:

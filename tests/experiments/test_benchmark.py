@@ -64,3 +64,32 @@ def test_mini_batch_grid_runs_gbpn_on_trees_and_the_large_baselines(tmp_path):
     assert all(0 <= r["test_accuracy"] <= 1 for r in rows.values())
     with pytest.raises(GBPNError, match="batch size"):  # a finished grid is not silently mixed with another
         run_grid(["gbpn"], [str(folder)], trials=1, output=out, epochs=2, progress=False, log=lambda m: None)
+
+
+def test_runs_claimed_by_a_live_worker_are_skipped_and_dead_claims_taken_over(tmp_path):
+    import os
+    import subprocess
+
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    live = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        (rows / "synth-ising+__mlp__0.claim").write_text(str(live.pid))
+        (rows / "synth-ising+__mlp__1.claim").write_text(str(dead.pid))
+        run_grid(["mlp"], ["synth-ising+"], trials=2, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+    finally:
+        live.kill()
+    assert not (rows / "synth-ising+__mlp__0.json").exists()  # another worker is on it
+    assert (rows / "synth-ising+__mlp__1.json").exists()
+    assert not (rows / "synth-ising+__mlp__1.claim").exists() and os.path.exists(rows / "synth-ising+__mlp__0.claim")
+
+
+def test_patience_is_part_of_the_grid_and_stops_runs_early(tmp_path):
+    run_grid(["gcn"], ["synth-ising+"], trials=1, output=tmp_path, epochs=400, patience=3, progress=False,
+             log=lambda m: None)
+    row = json.loads(next((tmp_path / "rows").glob("*.json")).read_text())
+    assert row["epochs_run"] == row["best_epoch"] + 4 < 400
+    with pytest.raises(GBPNError, match="patience"):
+        run_grid(["gcn"], ["synth-ising+"], trials=1, output=tmp_path, epochs=400, patience=5, progress=False)

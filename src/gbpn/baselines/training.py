@@ -69,6 +69,7 @@ def train_full_batch(
     weight_decay: float,
     progress: bool = False,
     desc: str = "baseline",
+    patience: Optional[int] = None,
 ) -> Tuple[Dict[str, float], Tensor]:
     """Full-batch AdamW on the NLL of the training nodes; keep the best validation epoch.
 
@@ -79,6 +80,7 @@ def train_full_batch(
             with ``model`` in its current mode.
         y: labels ``[N]``.
         masks: ``(train, val, test)`` boolean masks.
+        patience: stop after this many epochs without a better validation accuracy.
 
     Returns:
         The metrics of the best epoch (``train/val/test_accuracy``, ``best_epoch``,
@@ -88,5 +90,5 @@ def train_full_batch(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     metrics, best_out, _ = train_with_selection(
         model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
-        lambda epoch: forward(), y, masks, epochs, progress, desc)
+        lambda epoch: forward(), y, masks, epochs, progress, desc, patience)
     return metrics, best_out

@@ -3,11 +3,15 @@
 Layout of an output folder::
 
     rows/<dataset>__<model>__<trial>.json   one finished run each (written atomically)
+    rows/<dataset>__<model>__<trial>.claim  a run in progress (the pid of its worker)
     results.csv                             every finished run
     table.md                                mean ± std of test accuracy (%), best per row in bold
     config.json                             the grid, protocol and library versions
 
-Interrupted, the same command skips every run whose row file exists.
+Interrupted, the same command skips every run whose row file exists. Several workers may
+share one folder: each claims a run before starting it and skips runs claimed by a live
+worker on this machine. Runs go trial by trial, so a grid stopped early holds the same
+trials for every model of a dataset.
 """
 from __future__ import annotations
 
@@ -46,24 +50,30 @@ PRESETS: Dict[str, Dict] = {
     },
     "heterophily": {
         "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn"],
-        "datasets": ["chameleon", "squirrel", "chameleon-filtered", "squirrel-filtered"],
+        # the filtered graphs (no duplicate nodes across splits) first: they are the fair test
+        "datasets": ["chameleon-filtered", "squirrel-filtered", "chameleon", "squirrel"],
         "trials": 10,
         "epochs": 500,
+        # unfiltered Squirrel costs GAT and GBPN minutes per 100 epochs on 2 cores
+        "patience": 100,
     },
 }
 QUICK = {"trials": 2, "epochs": 100}
 
 
-def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None) -> Dict:
+def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None,
+            patience: Optional[int] = None) -> Dict:
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
-    GBPN on sampled trees (T = 2, d = 5) instead of full-batch."""
+    GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
+    runs early."""
     if model in GBPN_MODELS:
-        config = TrainConfig(variant=model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None)
+        config = TrainConfig(variant=model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
+                             patience=patience)
         return fit(data, config, seed=seed, masks=masks).metrics
     if model in BASELINE_MODELS:
         from gbpn.baselines import fit_baseline
 
-        return fit_baseline(model, data, masks, seed=seed, epochs=epochs)
+        return fit_baseline(model, data, masks, seed=seed, epochs=epochs, patience=patience)
     if model in LARGE_MODELS:
         from gbpn.baselines.large import fit_large_baseline
 
@@ -108,6 +118,7 @@ def run_grid(
     log: Callable[[str], None] = print,
     table_only: bool = False,
     batch_size: Optional[int] = None,
+    patience: Optional[int] = None,
 ) -> str:
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
     out = Path(output)
@@ -115,17 +126,17 @@ def run_grid(
         if m not in GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
-            "batch_size": batch_size}
+            "batch_size": batch_size, "patience": patience}
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
-        if old.get("epochs") != epochs or old.get("seed") != seed or old.get("batch_size") != batch_size:
-            raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size; choose a new --output folder")
+        if any(old.get(k) != grid[k] for k in ("epochs", "seed", "batch_size", "patience")):
+            raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size/patience; choose a new --output folder")
     write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
                                      "versions": versions()})
     # a bring-your-own folder is named by its last path component in rows and tables
     source = {(Path(d).name if os.path.isdir(os.path.expanduser(d)) else d): d for d in datasets}
     datasets = list(source)
-    todo = [(d, m, t) for d in datasets for m in models for t in range(trials)
+    todo = [(d, m, t) for d in datasets for t in range(trials) for m in models
             if not (out / "rows" / f"{d}__{m}__{t}.json").is_file()]
     finished = len(datasets) * len(models) * trials - len(todo)
     if table_only:
@@ -135,8 +146,9 @@ def run_grid(
     skipped = set()
     bar = tqdm(todo, disable=not progress, dynamic_ncols=True, desc="benchmark")
     for d, m, t in bar:
-        # another worker on the same folder may have finished it meanwhile
-        if d in skipped or (out / "rows" / f"{d}__{m}__{t}.json").is_file():
+        # another worker on the same folder may have finished or claimed it meanwhile
+        name = out / "rows" / f"{d}__{m}__{t}"
+        if d in skipped or name.with_suffix(".json").is_file() or not _claim(name.with_suffix(".claim")):
             continue
         bar.set_postfix_str(f"{d} {m} trial {t}")
         if d not in loaded:
@@ -151,11 +163,14 @@ def run_grid(
         masks, record = trial_split(data, t, s)
         split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
         start = time.perf_counter()
-        metrics = run_one(m, data, masks, s, epochs, batch_size)
-        row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
-               "seconds": time.perf_counter() - start,
-               **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
-        write_json(out / "rows" / f"{d}__{m}__{t}.json", row)
+        try:
+            metrics = run_one(m, data, masks, s, epochs, batch_size, patience)
+            row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
+                   "seconds": time.perf_counter() - start,
+                   **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+            write_json(name.with_suffix(".json"), row)
+        finally:
+            name.with_suffix(".claim").unlink(missing_ok=True)
     rows = [read_json(p) for p in sorted((out / "rows").glob("*.json"))] if (out / "rows").is_dir() else []
     rows = [r for r in rows if r["dataset"] in datasets and r["model"] in models and r["trial"] < trials]
     if rows:
@@ -173,13 +188,49 @@ def run_grid(
     return table
 
 
+def _claim(path: Path) -> bool:
+    """Create ``path`` holding our pid; False when a live process on this machine holds it.
+    A claim left by a dead worker (an interrupted run) is taken over."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                text, age = path.read_text(), time.time() - path.stat().st_mtime
+            except OSError:
+                continue
+            if not text.strip() and age < 60:
+                return False  # being written by the worker that just created it
+            pid = int(text) if text.strip().isdigit() else 0
+            if pid and pid != os.getpid() and _alive(pid):
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:
     if name not in PRESETS:
         raise GBPNError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     p = dict(PRESETS[name])
     if quick:
         p.update(QUICK)
-    return run_grid(p["models"], p["datasets"], p["trials"], output, epochs=p["epochs"], **kw)
+    return run_grid(p["models"], p["datasets"], p["trials"], output, epochs=p["epochs"],
+                    patience=p.get("patience"), **kw)
 
 
 __all__ = ["PRESETS", "run_grid", "run_preset", "run_one"]
