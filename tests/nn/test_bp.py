@@ -216,20 +216,35 @@ def test_in_place_pair_inference_equals_the_synchronous_update():
     assert torch.equal(in_place[mask].argmax(1), labels[mask])  # evidence stays clamped
 
 
-def test_compiled_message_update_equals_eager():
-    import shutil
-
-    import pytest
-
-    if shutil.which("g++") is None and shutil.which("c++") is None:
-        pytest.skip("torch.compile on CPU needs a C++ compiler")
+@pytest.mark.parametrize("damping", [0.0, 0.3])
+def test_linear_domain_inference_equals_the_log_domain(damping):
+    # with gradients on, BP runs in the log domain; under no_grad in the linear domain
     ei = undirected([(i, (i + 1) % 25) for i in range(25)] + [(i, (i + 6) % 25) for i in range(25)])
     log_phi = torch.randn(25, 4)
-    eager = BeliefPropagation(4, num_steps=4, damping=0.1)
-    fused = BeliefPropagation(4, num_steps=4, damping=0.1, compile=True)
+    layer = BeliefPropagation(4, num_steps=6, damping=damping)
     with torch.no_grad():
-        eager.coupling.weight.normal_()
-        fused.coupling.weight.copy_(eager.coupling.weight)
-        labels, mask = torch.randint(0, 4, (25,)), torch.rand(25) < 0.3
-        torch.testing.assert_close(fused(log_phi, ei, known_labels=labels, known_mask=mask, edge_chunk=9),
-                                   eager(log_phi, ei, known_labels=labels, known_mask=mask), atol=1e-5, rtol=1e-5)
+        layer.coupling.weight.normal_()
+    labels, mask = torch.randint(0, 4, (25,)), torch.rand(25) < 0.3
+    log_domain, log_msg = layer(log_phi.requires_grad_(), ei, known_labels=labels, known_mask=mask,
+                                return_messages=True)
+    assert log_domain.requires_grad
+    with torch.no_grad():
+        for chunk in (None, 7):
+            lin, lin_msg = layer(log_phi, ei, known_labels=labels, known_mask=mask, return_messages=True,
+                                 edge_chunk=chunk)
+            torch.testing.assert_close(lin, log_domain.detach(), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(lin_msg, log_msg.detach(), atol=1e-5, rtol=1e-5)
+
+
+def test_paired_order_puts_reverses_half_the_list_apart():
+    from gbpn.nn.functional import paired_order, reverse_edge_index
+
+    ei = undirected([(0, 1), (1, 2), (2, 0), (2, 3)])
+    rev = reverse_edge_index(ei, 4)
+    perm = paired_order(rev)
+    h = ei.size(1) // 2
+    assert sorted(perm.tolist()) == list(range(ei.size(1)))
+    paired = ei[:, perm]
+    assert torch.equal(paired[:, :h], paired[:, h:].flip(0))
+    with_loop = torch.cat([ei, torch.tensor([[3], [3]])], 1)
+    assert paired_order(reverse_edge_index(with_loop, 4)) is None

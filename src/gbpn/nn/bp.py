@@ -12,12 +12,16 @@ from gbpn.nn.functional import (
     aggregate,
     cavity,
     clamp_log_potential,
-    compiled_cavity_message,
+    linear_message,
     log_matmul_exp_weighted,
     log_normalize,
     normalized_message,
+    paired_order,
     reverse_edge_index,
 )
+
+# Above this spread of log H the linear-domain update could overflow float32 (see linear_message).
+_LINEAR_MAX_SPREAD = 60.0
 
 
 class BeliefPropagation(nn.Module):
@@ -44,7 +48,12 @@ class BeliefPropagation(nn.Module):
 
     The message update is a max-shifted exponential and a ``[E, c] @ [c, c]``
     product (:func:`~gbpn.nn.functional.normalized_message`): memory per step is
-    :math:`O(E\,c)`, never :math:`O(E\,c^2)`.
+    :math:`O(E\,c)`, never :math:`O(E\,c^2)`. Edges are processed in the paired layout of
+    :func:`~gbpn.nn.functional.paired_order` (both directions of an edge half the edge list
+    apart), so the cavity reads reverse messages without a gather. At inference (no gradient,
+    no edge or message weights) messages are kept in the linear domain
+    (:func:`~gbpn.nn.functional.linear_message`): one exponential per node instead of one per
+    edge, the same result up to rounding.
 
     Args:
         num_classes (int): number of classes :math:`c`.
@@ -56,10 +65,6 @@ class BeliefPropagation(nn.Module):
         learn_coupling (bool, optional): learn :math:`H` or keep it fixed.
             (default: ``True``)
         coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
-        compile (bool, optional): at inference (no gradient, no edge or message weights),
-            run the message update as one ``torch.compile``-fused kernel
-            (:func:`~gbpn.nn.functional.compiled_cavity_message`); the first call
-            compiles for about a minute. (default: ``False``)
 
     Shapes:
         - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
@@ -87,7 +92,6 @@ class BeliefPropagation(nn.Module):
         tol: Optional[float] = None,
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
-        compile: bool = False,
     ):
         super().__init__()
         if num_steps < 0:
@@ -98,7 +102,6 @@ class BeliefPropagation(nn.Module):
         self.num_steps = num_steps
         self.damping = damping
         self.tol = tol
-        self.compile = compile
         self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
         self.reset_parameters()
 
@@ -148,20 +151,34 @@ class BeliefPropagation(nn.Module):
                 return log_belief
             return log_belief.index_put((known_idx,), clamp)
 
+        num_edges = src.numel()
+        perm = paired_order(rev_index)
+        if perm is not None:
+            src, dst = src.index_select(0, perm), dst.index_select(0, perm)
+            edge_weight = None if edge_weight is None else edge_weight.index_select(0, perm)
+            message_weight = None if message_weight is None else message_weight.index_select(0, perm)
+            h = num_edges // 2
+            # chunks need explicit reverse rows; the whole edge list swaps its halves instead
+            rev_index = None if edge_chunk is None else torch.cat(
+                [torch.arange(h, num_edges, device=src.device), torch.arange(h, device=src.device)])
+
         log_self = pin(log_normalize(log_self))
         log_belief = log_self
-        log_msg = log_self.new_full((src.numel(), c), -math.log(c))
+        log_msg = log_self.new_full((num_edges, c), -math.log(c))
         residuals: List[Tensor] = []
+        linear = (not torch.is_grad_enabled() and edge_weight is None and message_weight is None
+                  and float(log_H.max() - log_H.min()) < _LINEAR_MAX_SPREAD)
+        if linear:
+            H = torch.exp(log_H - log_H.max())
+            msg = log_msg.exp()
 
-        fused = self.compile and not torch.is_grad_enabled() and edge_weight is None and message_weight is None
-
-        def messages(s: slice) -> Tensor:
-            if fused:
-                new = compiled_cavity_message(log_belief, log_msg, src[s], rev_index[s], log_H)
-            else:
-                v = cavity(log_belief, log_msg, src[s], rev_index[s], message_weight)
-                new = (normalized_message(v, log_H) if edge_weight is None
-                       else log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s])))
+        def messages(s: slice, rev: Optional[Tensor]) -> Tensor:
+            if linear:  # belief and msg are linear-domain here
+                new = linear_message(belief, msg, src[s], rev, H)
+                return new.mul_(1 - self.damping).add_(msg[s], alpha=self.damping) if self.damping > 0 else new
+            v = cavity(log_belief, log_msg, src[s], rev, message_weight)
+            new = (normalized_message(v, log_H) if edge_weight is None
+                   else log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s])))
             if self.damping > 0:
                 new = log_normalize(
                     torch.logaddexp(new + math.log1p(-self.damping), log_msg[s] + math.log(self.damping))
@@ -169,15 +186,21 @@ class BeliefPropagation(nn.Module):
             return new
 
         for _ in range(steps):
+            if linear:
+                belief = torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
             if edge_chunk is None:
-                log_msg = messages(slice(None))
+                new_msg = messages(slice(None), rev_index)
             else:  # bounded temporaries: only [edge_chunk, c] besides the two message buffers
                 if torch.is_grad_enabled() and log_self.requires_grad:
                     raise ValueError("edge_chunk is for inference; run it under torch.no_grad()")
                 new_msg = torch.empty_like(log_msg)
-                for start in range(0, src.numel(), edge_chunk):
+                for start in range(0, num_edges, edge_chunk):
                     s = slice(start, start + edge_chunk)
-                    new_msg[s] = messages(s)
+                    new_msg[s] = messages(s, rev_index[s])
+            if linear:
+                msg, log_msg = new_msg, None  # drop the old log-messages before taking the new ones
+                log_msg = torch.log(msg)
+            else:
                 log_msg = new_msg
             prev = log_belief
             log_belief = pin(aggregate(log_self, log_msg, dst, message_weight))
@@ -186,6 +209,8 @@ class BeliefPropagation(nn.Module):
                 residuals.append(res)
                 if self.tol is not None and float(res) < self.tol:
                     break
+        if perm is not None and return_messages:
+            log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, perm, log_msg)
         if not (return_residuals or return_messages):
             return log_belief
         out: Tuple[Tensor, ...] = (log_belief,)

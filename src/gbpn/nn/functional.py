@@ -81,30 +81,50 @@ def normalized_message(v: Tensor, log_H: Tensor) -> Tensor:
     return _NormalizedMessage.apply(v, log_H)
 
 
-def cavity_message(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, log_H: Tensor) -> Tensor:
-    r"""``normalized_message(cavity(log_belief, log_msg, src, rev), log_H)`` written as one
-    plain function, so that ``torch.compile`` can fuse the gathers, the max-shifted
-    exponential and the normalisation around the ``[E, c] @ [c, c]`` product
-    (:func:`compiled_cavity_message`). Inference only: no custom backward.
+def linear_message(belief: Tensor, msg: Tensor, src: Tensor, rev: Optional[Tensor], H: Tensor) -> Tensor:
+    r"""Normalised messages in the linear domain:
+    :math:`m_e \propto \big(b_{\mathrm{src}(e)} / m_{\mathrm{rev}(e)}\big)^{\top} H`.
+
+    The same update as ``normalized_message(cavity(...))`` with ``belief`` = :math:`\exp(\log p - \max)`
+    per node and ``msg`` the previous normalised messages, but one exponential per *node* instead
+    of one per edge. It cannot overflow: every normalised message satisfies
+    :math:`m_b \ge \min H / (c \max H)`, so the cavity stays below :math:`c \max H / \min H`
+    (callers check that this fits the dtype). Inference only. ``rev=None`` means the paired layout
+    of :func:`paired_order` (the reverse of row ``e`` is ``e ± E/2``), read without a gather.
 
     Shapes:
-        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src, rev: ``[E]``, log_H: ``[c, c]`` -> ``[E, c]``
+        belief: ``[N, c]``, msg: ``[E, c]``, src: ``[E]``, rev: ``[E]`` or ``None``, H: ``[c, c]`` -> ``[E, c]``
     """
-    v = log_belief.index_select(0, src) - log_msg.index_select(0, rev)
-    e = torch.exp(v - v.amax(dim=-1, keepdim=True))
-    P = (e @ torch.exp(log_H - log_H.amax())).clamp_min(torch.finfo(v.dtype).tiny)
-    return torch.log(P / P.sum(dim=-1, keepdim=True))
+    v = belief.index_select(0, src)
+    _apply_reverse(v, msg, rev, Tensor.div_)
+    P = v @ H
+    return P.div_(P.sum(dim=-1, keepdim=True))
 
 
-_COMPILED = {}
+def paired_order(rev: Tensor) -> Optional[Tensor]:
+    r"""A permutation of the edges into the *paired layout*: the first half holds one direction
+    of every undirected edge (in their given order), the second half their reverses in the same
+    order, so that the reverse of row ``e`` is row ``e ± E/2`` and the cavity reads it as a
+    contiguous half instead of a random gather. ``None`` when some edge is its own reverse.
+
+    Shapes:
+        rev: ``[E]`` (an involution, as from :func:`reverse_edge_index`) -> ``[E]`` or ``None``
+    """
+    idx = (torch.arange(rev.numel(), device=rev.device) < rev).nonzero().view(-1)
+    if 2 * idx.numel() != rev.numel():
+        return None
+    return torch.cat([idx, rev.index_select(0, idx)])
 
 
-def compiled_cavity_message(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, log_H: Tensor) -> Tensor:
-    """:func:`cavity_message` through ``torch.compile`` (compiled once per process, with
-    dynamic shapes; the first call takes about a minute and needs a C++ compiler on CPU)."""
-    if "fn" not in _COMPILED:
-        _COMPILED["fn"] = torch.compile(cavity_message, dynamic=True)
-    return _COMPILED["fn"](log_belief, log_msg, src, rev, log_H)
+def _apply_reverse(out: Tensor, msg: Tensor, rev: Optional[Tensor], op) -> Tensor:
+    """``out[e] op= msg[rev[e]]`` in place; ``rev=None`` is the paired layout (halves swapped)."""
+    if rev is None:
+        h = out.size(0) // 2
+        op(out[:h], msg[h:])
+        op(out[h:], msg[:h])
+    else:
+        op(out, msg.index_select(0, rev))
+    return out
 
 
 def log_matmul_exp_weighted(v: Tensor, log_H: Tensor, edge_weight: Tensor) -> Tensor:
@@ -152,18 +172,20 @@ def reverse_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     return order[pos]
 
 
-def cavity(log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Tensor, weight: Optional[Tensor] = None) -> Tensor:
+def cavity(
+    log_belief: Tensor, log_msg: Tensor, src: Tensor, rev: Optional[Tensor], weight: Optional[Tensor] = None
+) -> Tensor:
     r"""Cavity log-beliefs for every edge :math:`i \to j`:
     :math:`\log p_i(y_i) - w_{j \to i} \log m_{j \to i}(y_i)` ("all incoming but the reverse one").
+    ``rev=None`` means the paired layout of :func:`paired_order`.
 
     Shapes:
-        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src, rev: ``[E]``, weight: ``[E]``
+        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src: ``[E]``, rev: ``[E]`` or ``None``, weight: ``[E]``
         (per message, see :func:`aggregate`) -> ``[E, c]``
     """
-    back = log_msg.index_select(0, rev)
     if weight is not None:
-        back = back * weight.index_select(0, rev).unsqueeze(-1)
-    return log_belief.index_select(0, src) - back
+        log_msg = log_msg * weight.unsqueeze(-1)
+    return _apply_reverse(log_belief.index_select(0, src), log_msg, rev, Tensor.sub_)
 
 
 def aggregate(log_self: Tensor, log_msg: Tensor, dst: Tensor, weight: Optional[Tensor] = None) -> Tensor:
