@@ -183,9 +183,13 @@ def cavity(
         log_belief: ``[N, c]``, log_msg: ``[E, c]``, src: ``[E]``, rev: ``[E]`` or ``None``, weight: ``[E]``
         (per message, see :func:`aggregate`) -> ``[E, c]``
     """
-    if weight is not None:
-        log_msg = log_msg * weight.unsqueeze(-1)
-    return _apply_reverse(log_belief.index_select(0, src), log_msg, rev, Tensor.sub_)
+    out = log_belief.index_select(0, src)
+    if weight is None:
+        return _apply_reverse(out, log_msg, rev, Tensor.sub_)
+    if rev is None:
+        return _apply_reverse(out, log_msg * weight.unsqueeze(-1), None, Tensor.sub_)
+    # weight only the gathered rows: src and rev may be a chunk of a much longer edge list
+    return out - log_msg.index_select(0, rev) * weight.index_select(0, rev).unsqueeze(-1)
 
 
 def aggregate(log_self: Tensor, log_msg: Tensor, dst: Tensor, weight: Optional[Tensor] = None) -> Tensor:
