@@ -97,8 +97,8 @@ def linear_message(belief: Tensor, msg: Tensor, src: Tensor, rev: Optional[Tenso
     """
     v = belief.index_select(0, src)
     _apply_reverse(v, msg, rev, Tensor.div_)
-    P = v @ H
-    return P.div_(P.sum(dim=-1, keepdim=True))
+    # the row sums as v @ (H 1): a mat-vec beats a reduction over a short last axis at small c
+    return (v @ H).div_((v @ H.sum(dim=1)).unsqueeze(-1))
 
 
 def paired_order(rev: Tensor) -> Optional[Tensor]:
