@@ -35,10 +35,12 @@ def _rss_kb(field: str) -> int:
     return 0
 
 
-def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, threads: int) -> dict:
+def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, threads: int,
+          device: str = "cpu") -> dict:
     import torch
 
     torch.set_num_threads(threads)
+    cuda = device.startswith("cuda")
     from gbpn.data.generators import planted_partition_graph
     from gbpn.nn.functional import aggregate, cavity, log_matmul_exp_dense, log_normalize, normalized_message
 
@@ -55,13 +57,14 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     log_H = 0.5 * (log_H + log_H.T)
     if rev is None:
         rev = torch.arange(e)  # the plain form's memory and time do not depend on which reverse it reads
+    ei, rev, log_self, log_msg, log_H = (t.to(device) for t in (ei, rev, log_self, log_msg, log_H))
     src, dst = ei[0], ei[1]
     log_belief = aggregate(log_self, log_msg, dst)
     if op == "gcn":
         from torch_geometric.nn import GCNConv
 
-        conv = GCNConv(c, c, cached=True)
-        x = torch.randn(n, c, generator=g)
+        conv = GCNConv(c, c, cached=True).to(device)
+        x = torch.randn(n, c, generator=g).to(device)
         with torch.no_grad():
             conv(x, ei)  # fills the normalisation cache
 
@@ -71,7 +74,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     elif op == "bp":
         from gbpn.nn.bp import BeliefPropagation
 
-        layer = BeliefPropagation(c, learn_coupling=False, coupling_init=log_H.exp())
+        layer = BeliefPropagation(c, learn_coupling=False, coupling_init=log_H.exp().cpu()).to(device)
 
         def run(k=1):
             with torch.no_grad():
@@ -86,15 +89,22 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
                     m = log_normalize(log_matmul_exp_dense(v, log_H))
                 return aggregate(log_self, m, dst)
     run()  # warm-up
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
-    base = _rss_kb("VmRSS")
+    if cuda:  # GPU memory: peak allocation over what is allocated before the timed calls
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() / 1024
+    else:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
+        base = _rss_kb("VmRSS")
 
     def median_time(fn) -> float:
         times = []
         for _ in range(reps):
             t = time.perf_counter()
             fn()
+            if cuda:
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 
@@ -102,7 +112,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
     else:
         seconds = median_time(run)
-    peak = _rss_kb("VmHWM") - base
+    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")) - base
     scale = 1 / fraction if op == "plain" else 1.0
     return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "edges": e}
 
@@ -115,15 +125,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--plain-edge-fraction", type=float, default=0.1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (GPU memory: peak allocated bytes)")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         op, c = args.child[0], int(args.child[1])
         frac = args.plain_edge_fraction if c >= 20 else 1.0
-        print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads)))
+        print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads, args.device)))
         return
-    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {args.threads} thread(s); "
-          f"median of {args.reps}")
+    where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
+    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}")
     print(f"{'c':>3} {'BP s':>8} {'GCNConv s':>10} {'BP/GCN':>7} {'log s':>8} {'log/GCN':>8} {'plain s':>9} "
           f"{'plain/BP':>9} {'BP MB':>8} {'log MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}")
     for c in args.classes:
@@ -131,7 +142,7 @@ def main() -> None:
         for op in ("bp", "log", "gcn", "plain"):
             cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
                    str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
-                   "--plain-edge-fraction", str(args.plain_edge_fraction)]
+                   "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             res[op] = json.loads(out.stdout.strip().splitlines()[-1])
         lean, logd, gcn, plain = res["bp"], res["log"], res["gcn"], res["plain"]

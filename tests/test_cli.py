@@ -97,6 +97,8 @@ def test_predict_on_your_own_graph_inductive(trained, tmp_path, capsys):
         (["train", "--dataset", "nope"], "unknown dataset 'nope'"),
         (["train", "--dataset", "election", "--data-dir", "/nonexistent/dir"], "/nonexistent/dir"),
         (["train", "--epochs", "0"], "epochs"),
+        (["train", "--device", "tpu"], "device 'tpu'"),
+        (["train", "--device", "cuda:7"], "no such CUDA device"),
         (["predict", "--checkpoint", "/nonexistent.pt"], "does not exist"),
         (["coupling", "--checkpoint", "/nonexistent.pt"], "does not exist"),
     ],

@@ -105,3 +105,10 @@ def test_patience_stops_training_and_keeps_the_best_epoch():
     assert m["val_accuracy"] == max(h["val_accuracy"] for h in history)
     with pytest.raises(GBPNError, match="patience"):
         TrainConfig(patience=0).validate()
+
+
+def test_auto_device_trains_where_it_can_and_returns_cpu_tensors():
+    data = load_dataset("synth-ising+")
+    result = fit(data, TrainConfig(epochs=3, hidden=16, device="auto"), seed=0)
+    assert result.metrics["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert next(result.model.parameters()).device.type == "cpu" and result.masks[0].device.type == "cpu"

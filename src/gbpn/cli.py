@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--hidden", type=int, default=256, help="MLP hidden units (default: 256)")
     t.add_argument("--dropout", type=float, default=None, help="MLP dropout (default: per dataset, as in the paper)")
     t.add_argument("--epochs", type=int, default=500, help="full-batch training steps (default: 500)")
+    t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     t.add_argument("--patience", type=int, default=None,
                    help="stop after this many epochs without a better validation accuracy (default: run all epochs)")
     t.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", "-K", dest="num_steps", type=int, default=None, help="BP steps (default: as trained)")
     p.add_argument("--node-chunk", type=int, default=None, help="self-potentials this many nodes at a time")
     p.add_argument("--edge-chunk", type=int, default=None, help="BP messages this many edges (pairs) at a time")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
                         "(about a quarter of the default's message memory)")
@@ -184,7 +186,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
         precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
         edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
-        exp3_gamma=args.exp3_gamma, patience=args.patience,
+        exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"
@@ -224,14 +226,15 @@ def _checkpoint_and_data(args: argparse.Namespace):
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.io import atomic_write
-    from gbpn.training import predict
+    from gbpn.training import predict, resolve_device
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
+    model.to(resolve_device(args.device))
     for opt in ("node_chunk", "edge_chunk"):
         if getattr(args, opt) is not None and getattr(args, opt) < 1:
             raise GBPNError(f"--{opt.replace('_', '-')} must be positive")
     probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
-                    message_dtype=torch.bfloat16 if args.half_messages else None).exp().numpy()
+                    message_dtype=torch.bfloat16 if args.half_messages else None).exp().cpu().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
     buf = io.StringIO()
     w = csv.writer(buf)

@@ -57,12 +57,14 @@ class TrainConfig:
     class_weight: bool = False  # weight the loss by inverse class frequency of the training labels
     train_frac: float = 0.3
     val_frac: float = 0.2
+    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ... or "auto" (CUDA when available)
 
     def validate(self) -> None:
         if self.variant not in VARIANTS:
             raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
         if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:
             raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
+        resolve_device(self.device)
         if self.patience is not None and self.patience < 1:
             raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
@@ -92,6 +94,22 @@ class TrialResult:
     metrics: Dict[str, float]
     masks: Tuple[Tensor, Tensor, Tensor]
     history: List[Dict[str, float]] = field(default_factory=list)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``torch.device`` for ``name`` (``"auto"``: CUDA when available); a clear error when a
+    CUDA device is asked for on a machine without one."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise GBPNError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from err
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise GBPNError(f"device {name!r} asked for, but this machine has no such CUDA device; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise GBPNError(f"device {name!r} is not supported: use cpu, cuda, cuda:N or auto")
+    return device
 
 
 def prepare_features(x: Tensor, max_density: float = 0.1) -> Tensor:
@@ -259,6 +277,7 @@ def predict(
     message_dtype: Optional[torch.dtype] = None,
 ) -> Tensor:
     """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
+    Runs on the model's device (inputs are moved there) and returns the beliefs there.
 
     ``node_chunk`` computes the self-potentials that many nodes at a time and ``edge_chunk``
     the BP messages that many edges at a time, so a large graph's inference needs the
@@ -273,11 +292,15 @@ def predict(
     pairs (default 2^20).
     """
     model.eval()
-    x = prepare_features(data.x) if x is None else x
+    device = next(model.parameters()).device
+    data = data.to(device)  # no copy when it is there already
+    x = (prepare_features(data.x) if x is None else x).to(device)
+    known_mask = None if known_mask is None else known_mask.to(device)
     if node_chunk is None:
         log_self = model.self_potential(x)
     else:
-        log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)))))
+        log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)),
+                                                                                  device=device)))
                               for i in range(0, x.size(0), node_chunk)])
     if message_dtype is not None:
         if getattr(data, "edge_weight", None) is not None:
@@ -326,6 +349,7 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
         graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     hops = config.num_hops or config.num_steps
     y = data.y
+    device = x.device  # trees are sampled on the CPU; each batch moves to the model's device
 
     def epoch_fn(epoch: int) -> float:
         perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
@@ -342,10 +366,12 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
                                probs=None if sampler is None else sampler.probs)
             known_t = known[tree.node_map]
             known_t[: tree.batch_size] = False
-            out = model(x.index_select(0, tree.node_map), tree.edge_index, tree.rev_index,
-                        known_labels=y[tree.node_map], known_mask=known_t,
-                        num_steps=0 if epoch < warmup_epochs else hops,
-                        message_weight=tree.message_weight(), return_messages=sampler is not None)
+            weight = tree.message_weight()
+            out = model(x.index_select(0, tree.node_map.to(device)), tree.edge_index.to(device),
+                        tree.rev_index.to(device), known_labels=y[tree.node_map].to(device),
+                        known_mask=known_t.to(device), num_steps=0 if epoch < warmup_epochs else hops,
+                        message_weight=None if weight is None else weight.to(device),
+                        return_messages=sampler is not None)
             if sampler is not None:
                 out, log_msg = out
                 sampler.observe(tree, log_msg)
@@ -354,7 +380,8 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
             if config.degree_weight:
                 children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
                 alpha = children.clamp_min(1).float().pow(-0.5)
-            losses.append(optimizer_step(opt, marginal_nll(out, y[targets], alpha, class_weight)))
+            alpha = None if alpha is None else alpha.to(device)
+            losses.append(optimizer_step(opt, marginal_nll(out, y[targets].to(device), alpha, class_weight)))
         if sampler is not None:
             sampler.end_epoch()
         return sum(losses) / max(len(losses), 1)
@@ -385,8 +412,14 @@ def fit(
         masks: ``(train, val, test)`` boolean masks; default a random split.
         on_epoch: called as ``on_epoch(epoch, model, sampler)`` after each epoch's training
             (``sampler`` is the :class:`~gbpn.sampling.importance.Exp3Sampler` or ``None``).
+
+    Trains on ``config.device``; the returned model, masks and history are on the CPU.
+    Mini-batch training samples trees on the CPU and moves each batch to the device.
     """
     config.validate()
+    device = resolve_device(config.device)
+    if device.type != "cpu" and config.sampler == "exp3":
+        raise GBPNError("the Exp3 sampler learns on the CPU; train it with --device cpu")
     num_classes = int(data.num_classes)
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
@@ -406,6 +439,10 @@ def fit(
         weight_decay=config.weight_decay,
     )
 
+    cpu_masks = masks
+    model.to(device)
+    cpu_data, data = data, data.to(device)
+    train_mask, val_mask, test_mask = masks = tuple(m.to(device) for m in masks)
     x = prepare_features(data.x)
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
@@ -419,7 +456,7 @@ def fit(
     def train_loss(epoch: int) -> Tensor:
         steps = 0 if epoch < warmup_epochs else None
         if transductive:
-            perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
+            perm = train_idx[torch.randperm(train_idx.numel(), generator=gen).to(device)]
             known = torch.zeros_like(train_mask)
             known[perm[: perm.numel() // 2]] = True
             loss_idx = perm[perm.numel() // 2 :]
@@ -442,7 +479,8 @@ def fit(
             from gbpn.sampling.importance import Exp3Sampler
 
             sampler = Exp3Sampler(CSRGraph.from_edge_index(ei, data.num_nodes), config.fanout, config.exp3_gamma)
-        train_epoch = tree_epochs(model, opt, data, x, train_idx, transductive, config, warmup_epochs, gen, cw, sampler)
+        train_epoch = tree_epochs(model, opt, cpu_data, x, cpu_masks[0].nonzero().view(-1), transductive, config,
+                                  warmup_epochs, gen, cw, sampler)
     if on_epoch is not None:
         inner = train_epoch
 
@@ -453,8 +491,9 @@ def fit(
 
     metrics, best_out, history = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience)
-    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist())
+    model.cpu()
+    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device))
     positive = getattr(data, "positive_class", None)
     if positive is not None and num_classes == 2:
-        metrics.update(f1_with_val_threshold(best_out, y, val_mask, test_mask, positive))
-    return TrialResult(model=model, metrics=metrics, masks=masks, history=history)
+        metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
+    return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history)

@@ -258,7 +258,7 @@ class BeliefPropagation(nn.Module):
         if clamp is not None:
             log_self[known_idx] = clamp
         log_belief = log_self
-        msg = torch.zeros((pairs.size(1), 2, c), dtype=message_dtype)
+        msg = torch.zeros((pairs.size(1), 2, c), dtype=message_dtype, device=log_self.device)
         u_all, v_all = pairs[0], pairs[1]
         for _ in range(steps):
             acc = log_self.clone()
