@@ -236,13 +236,20 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
                     message_dtype=torch.bfloat16 if args.half_messages else None).exp().cpu().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["node", "prediction", "known"] + [f"p_{n}" for n in names])
     pred = probs.argmax(1)
     is_known = mask.numpy() if mask is not None else np.zeros(len(pred), dtype=bool)
-    for i in range(len(pred)):
-        w.writerow([i, names[pred[i]], int(is_known[i])] + [f"{v:.6g}" for v in probs[i]])
+
+    def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
+        line = io.StringIO()
+        csv.writer(line, lineterminator="").writerow([name])
+        return line.getvalue()
+
+    header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in names])
+    # whole columns at once: a Python loop per row is minutes at millions of nodes
+    cols = np.column_stack([np.arange(len(pred)).astype(str), np.asarray([quoted(n) for n in names])[pred],
+                            is_known.astype(int).astype(str), np.char.mod("%.6g", probs)])
+    buf = io.StringIO()
+    np.savetxt(buf, cols, fmt="%s", delimiter=",", header=header, comments="")
     atomic_write(args.output, lambda fh: fh.write(buf.getvalue()))
     print(f"wrote class probabilities of {len(pred)} nodes to {args.output} (evidence: {known})")
     return 0
