@@ -423,14 +423,13 @@ def fit(
     num_classes = int(data.num_classes)
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
-    train_mask, val_mask, test_mask = masks
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(getattr(data, "name", ""))
     model = GBPN(**model_args(data.num_features, num_classes, config, dropout))
     if config.coupling_init == "empirical":
         with torch.no_grad():
-            model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, train_mask, num_classes).log())
+            model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, masks[0], num_classes).log())
     coupling_params = list(model.bp.coupling.parameters())
     other = [p for n, p in model.named_parameters() if not n.startswith("bp.coupling.")]
     opt = torch.optim.AdamW(
@@ -442,7 +441,8 @@ def fit(
     cpu_masks = masks
     model.to(device)
     cpu_data, data = data, data.to(device)
-    train_mask, val_mask, test_mask = masks = tuple(m.to(device) for m in masks)
+    masks = tuple(m.to(device) for m in masks)
+    train_mask = masks[0]
     x = prepare_features(data.x)
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
