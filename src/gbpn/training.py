@@ -479,7 +479,7 @@ def fit(
             from gbpn.sampling.importance import Exp3Sampler
 
             sampler = Exp3Sampler(CSRGraph.from_edge_index(ei, data.num_nodes), config.fanout, config.exp3_gamma)
-        train_epoch = tree_epochs(model, opt, cpu_data, x, cpu_masks[0].nonzero().view(-1), transductive, config,
+        train_epoch = tree_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
                                   warmup_epochs, gen, cw, sampler)
     if on_epoch is not None:
         inner = train_epoch

@@ -159,8 +159,7 @@ class BeliefPropagation(nn.Module):
             message_weight = None if message_weight is None else message_weight.index_select(0, perm)
             h = num_edges // 2
             # chunks need explicit reverse rows; the whole edge list swaps its halves instead
-            rev_index = None if edge_chunk is None else torch.cat(
-                [torch.arange(h, num_edges, device=src.device), torch.arange(h, device=src.device)])
+            rev_index = None if edge_chunk is None else torch.arange(num_edges, device=src.device).roll(h)
 
         log_self = pin(log_normalize(log_self))
         log_belief = log_self
