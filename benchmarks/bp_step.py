@@ -42,7 +42,13 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn.functional import aggregate, cavity, log_matmul_exp_dense, log_normalize, normalized_message
+    from gbpn.nn.functional import (
+        aggregate,
+        cavity,
+        log_matmul_exp_dense,
+        log_normalize,
+        normalized_message,
+    )
 
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     ei, rev = data.edge_index, data.rev_index

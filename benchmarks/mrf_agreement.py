@@ -12,7 +12,12 @@ from __future__ import annotations
 import argparse
 
 from gbpn.data import load_dataset, neighbour_agreement
-from gbpn.data.mrf import DEFAULT_STRENGTH, SYNTHETIC_KINDS, coupling_family, make_synthetic
+from gbpn.data.mrf import (
+    DEFAULT_STRENGTH,
+    SYNTHETIC_KINDS,
+    coupling_family,
+    make_synthetic,
+)
 
 
 def main() -> None:

@@ -29,10 +29,12 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
     import torch
 
     import gbpn.nn.bp as bp
+    from gbpn.config import TrainConfig, default_dropout
     from gbpn.data import load_dataset, random_split
-    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
-    from gbpn.training import TrainConfig, degree_temperature, default_dropout, marginal_nll, model_args, prepare_features
     from gbpn.nn import GBPN
+    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
+    from gbpn.objective import degree_temperature, marginal_nll
+    from gbpn.training import model_args, prepare_features
 
     if kernel == "plain":
         bp.normalized_message = lambda v, log_H: log_normalize(log_matmul_exp_dense(v, log_H))

@@ -9,9 +9,9 @@ import sys
 import torch
 import torch.distributed as dist
 
+from gbpn.config import TrainConfig
 from gbpn.data import load_dataset
 from gbpn.experiments.distributed import fit_distributed
-from gbpn.training import TrainConfig
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--dataset", default="synth-ising+")

@@ -1,17 +1,12 @@
 import pytest
 import torch
-
 from conftest import undirected
+
+from gbpn.config import TrainConfig
 from gbpn.data import load_dataset
 from gbpn.errors import GBPNError
-from gbpn.training import (
-    TrainConfig,
-    degree_temperature,
-    empirical_coupling,
-    fit,
-    marginal_nll,
-    predict,
-)
+from gbpn.objective import degree_temperature, empirical_coupling, marginal_nll
+from gbpn.training import fit, predict
 
 
 def test_marginal_nll_with_unit_alpha_is_plain_nll():
@@ -74,7 +69,8 @@ def test_minibatch_tree_training_learns_and_matches_full_graph_inference():
 
 
 def test_f1_threshold_is_chosen_on_validation_and_class_weights_balance():
-    from gbpn.training import balanced_class_weight, f1_with_val_threshold
+    from gbpn.metrics import f1_with_val_threshold
+    from gbpn.objective import balanced_class_weight
 
     y = torch.tensor([0] * 90 + [1] * 10)
     w = balanced_class_weight(y, 2)

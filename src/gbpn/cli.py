@@ -175,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from gbpn.config import TrainConfig
     from gbpn.experiments.runner import run_trials
-    from gbpn.training import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -225,8 +225,9 @@ def _checkpoint_and_data(args: argparse.Namespace):
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from gbpn.config import resolve_device
     from gbpn.io import atomic_write
-    from gbpn.training import predict, resolve_device
+    from gbpn.training import predict
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
     model.to(resolve_device(args.device))
@@ -256,7 +257,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_coupling(args: argparse.Namespace) -> int:
-    from gbpn.experiments.coupling import compare_couplings, plot_couplings, save_coupling_csv
+    from gbpn.experiments.coupling import (
+        compare_couplings,
+        plot_couplings,
+        save_coupling_csv,
+    )
     from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
@@ -356,7 +361,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         return _cmd_sampling_study(args)
     if args.analysis == "degree" and not args.checkpoint:
         raise GBPNError("gbpn analyze degree needs --checkpoint (confidence by degree) or --fanouts (sub-sampling study)")
-    from gbpn.experiments.convergence import convergence, node_layout, save_convergence, steps_to_tolerance
+    from gbpn.experiments.convergence import (
+        convergence,
+        node_layout,
+        save_convergence,
+        steps_to_tolerance,
+    )
 
     model, meta, data, masks, mask, known = _checkpoint_and_data(args)
     if masks is None:
@@ -387,10 +397,10 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def _cmd_sampling_study(args: argparse.Namespace) -> int:
     """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
+    from gbpn.config import TrainConfig
     from gbpn.data.datasets import load_dataset
     from gbpn.experiments import sampling
     from gbpn.io import versions, write_json
-    from gbpn.training import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

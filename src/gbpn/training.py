@@ -1,91 +1,31 @@
-"""Full-batch training and evaluation of GBPN / GBPN-I (paper sections 2.2-2.4, appendix A.2)."""
+"""Training loops of GBPN / GBPN-I: full batch and on sampled trees (paper 2.2-2.4, 3.3, appendix A.2).
+
+The configuration lives in :mod:`gbpn.config`, the objective in :mod:`gbpn.objective` and the
+scores in :mod:`gbpn.metrics`.
+"""
 from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from gbpn.data.graph import degree
+from gbpn.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
+from gbpn.metrics import accuracy, f1_with_val_threshold
 from gbpn.nn.model import GBPN
-
-VARIANTS = ("gbpn", "gbpn-i")
-
-# Appendix A.2: 0.6 where features are many per training node, 0.3 for the
-# mid-sized graphs, 0.1 otherwise.
-_DROPOUT = {"cora": 0.6, "citeseer": 0.6, "pubmed": 0.3, "cs": 0.3, "physics": 0.3}
-
-
-def default_dropout(dataset: str) -> float:
-    return _DROPOUT.get(dataset.lower(), 0.1)
-
-
-@dataclass
-class TrainConfig:
-    """Hyper-parameters of one training run; the defaults are the paper's protocol."""
-
-    variant: str = "gbpn"
-    num_steps: int = 5
-    hidden: int = 256
-    num_hidden: int = 2
-    dropout: Optional[float] = None  # None: the per-dataset value of the appendix
-    epochs: int = 500
-    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
-    lr: float = 1e-3
-    weight_decay: float = 2.5e-4
-    degree_weight: bool = True
-    warmup: float = 0.0  # fraction of epochs trained with K = 0 (MLP only) first
-    damping: float = 0.0
-    learn_coupling: bool = True
-    coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
-    coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
-    precision: str = "fp32"  # "bf16": MLP hidden layers in bfloat16 (BP stays float32)
-    batch_size: Optional[int] = None  # mini-batch training on sampled computation trees; None: full batch
-    fanout: Optional[int] = 5  # neighbours kept per tree node (None: all)
-    num_hops: Optional[int] = None  # tree depth; None: num_steps
-    sampler: str = "uniform"  # "uniform" or "exp3" (importance sampling of tree neighbours, appendix B)
-    exp3_gamma: float = 0.05  # share of the uniform distribution mixed into Exp3's
-    edge_chunk: Optional[int] = None  # evaluation BP in chunks of this many edges (bounded memory)
-    class_weight: bool = False  # weight the loss by inverse class frequency of the training labels
-    train_frac: float = 0.3
-    val_frac: float = 0.2
-    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ... or "auto" (CUDA when available)
-
-    def validate(self) -> None:
-        if self.variant not in VARIANTS:
-            raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:
-            raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
-        resolve_device(self.device)
-        if self.patience is not None and self.patience < 1:
-            raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")
-        if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.precision not in ("fp32", "bf16"):
-            raise GBPNError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
-        if self.coupling_init not in ("uniform", "empirical"):
-            raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise GBPNError(f"batch_size must be positive, got {self.batch_size}")
-        if self.sampler not in ("uniform", "exp3"):
-            raise GBPNError(f"sampler must be 'uniform' or 'exp3', got {self.sampler!r}")
-        if self.sampler == "exp3" and (self.batch_size is None or self.fanout is None):
-            raise GBPNError("--sampler exp3 samples tree neighbours: it needs --batch-size and a --fanout")
-        if not 0 <= self.exp3_gamma <= 1:
-            raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
-        if not 0 <= self.warmup <= 1:
-            raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
-
-    def to_dict(self) -> Dict:
-        return asdict(self)
+from gbpn.objective import (
+    balanced_class_weight,
+    degree_temperature,
+    empirical_coupling,
+    marginal_nll,
+)
 
 
 @dataclass
@@ -96,22 +36,6 @@ class TrialResult:
     history: List[Dict[str, float]] = field(default_factory=list)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``torch.device`` for ``name`` (``"auto"``: CUDA when available); a clear error when a
-    CUDA device is asked for on a machine without one."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as err:
-        raise GBPNError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from err
-    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
-        raise GBPNError(f"device {name!r} asked for, but this machine has no such CUDA device; use --device cpu")
-    if device.type not in ("cpu", "cuda"):
-        raise GBPNError(f"device {name!r} is not supported: use cpu, cuda, cuda:N or auto")
-    return device
-
-
 def prepare_features(x: Tensor, max_density: float = 0.1) -> Tensor:
     """Sparse COO features when most entries are zero (bag-of-words), else dense float."""
     x = x.float()
@@ -120,67 +44,6 @@ def prepare_features(x: Tensor, max_density: float = 0.1) -> Tensor:
     if x.numel() and float((x != 0).float().mean()) <= max_density:
         return x.to_sparse().coalesce()
     return x
-
-
-def degree_temperature(edge_index: Tensor, num_nodes: int) -> Tensor:
-    r""":math:`\alpha_i = d_i^{-1/2}` (isolated nodes get 1)."""
-    return degree(edge_index, num_nodes).clamp_min(1).float().pow(-0.5)
-
-
-def marginal_nll(log_belief: Tensor, y: Tensor, alpha: Optional[Tensor] = None,
-                 class_weight: Optional[Tensor] = None) -> Tensor:
-    r"""Mean negative log marginal likelihood of ``y``.
-
-    With ``alpha`` the belief is re-weighted as in paper section 2.4,
-    :math:`\log p'_i(y) \cong \alpha_i \log p_i(y)` (then normalised), which
-    tempers the confidence that BP builds up on high-degree nodes. ``class_weight``
-    ``[c]`` weights each node's term by its class (for imbalanced labels).
-    """
-    if alpha is not None:
-        log_belief = F.log_softmax(alpha.unsqueeze(-1) * log_belief, dim=-1)
-    return F.nll_loss(log_belief, y, weight=class_weight)
-
-
-def balanced_class_weight(y: Tensor, num_classes: int) -> Tensor:
-    """``n / (c * n_k)`` for each class ``k`` among the given labels (classes absent get 0)."""
-    counts = torch.bincount(y, minlength=num_classes).float()
-    return torch.where(counts > 0, y.numel() / (num_classes * counts.clamp_min(1)), torch.zeros_like(counts))
-
-
-def f1_with_val_threshold(log_belief: Tensor, y: Tensor, val_mask: Tensor, test_mask: Tensor,
-                          positive: int = 1) -> Dict[str, float]:
-    """F1 of the ``positive`` class with the decision threshold on its probability chosen to
-    maximise F1 on the validation nodes, then applied to the test nodes (paper, Table 5)."""
-    from sklearn.metrics import f1_score, precision_recall_curve
-
-    p = log_belief[:, positive].exp().numpy()
-    yv, yt = (y[val_mask] == positive).numpy(), (y[test_mask] == positive).numpy()
-    prec, rec, thr = precision_recall_curve(yv, p[val_mask.numpy()])
-    f1 = 2 * prec * rec / (prec + rec + 1e-12)
-    k = int(f1[:-1].argmax()) if thr.size else 0
-    t = float(thr[k]) if thr.size else 0.5
-    return {"threshold": t, "val_f1": float(f1[k]),
-            "test_f1": float(f1_score(yt, p[test_mask.numpy()] >= t, zero_division=0))}
-
-
-def accuracy(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
-    if not bool(mask.any()):
-        return float("nan")
-    return float((log_belief[mask].argmax(-1) == y[mask]).float().mean())
-
-
-def empirical_coupling(edge_index: Tensor, y: Tensor, mask: Tensor, num_classes: int) -> Tensor:
-    r"""Coupling estimated from the edges whose two ends are both in ``mask``:
-    :math:`H_{ab} = P(a, b) / (P(a) P(b))` (pointwise mutual information, add-one smoothed).
-    """
-    both = mask[edge_index[0]] & mask[edge_index[1]]
-    a, b = y[edge_index[0, both]], y[edge_index[1, both]]
-    counts = torch.ones(num_classes, num_classes, dtype=torch.float64)
-    counts.index_put_((a, b), torch.ones(a.numel(), dtype=torch.float64), accumulate=True)
-    joint = counts / counts.sum()
-    marg = joint.sum(1)
-    H = joint / (marg.unsqueeze(1) * marg.unsqueeze(0))
-    return (0.5 * (H + H.T)).float()
 
 
 def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:

@@ -3,11 +3,11 @@ import os
 import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Data
 
 from gbpn.data import load_byo, load_dataset, random_split
 from gbpn.data.graph import clean_graph
 from gbpn.errors import DatasetNotFoundError, GBPNError
-from torch_geometric.data import Data
 
 # name: (nodes, directed edges, features, classes)
 KNOWN = {

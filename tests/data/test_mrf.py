@@ -1,7 +1,7 @@
 import pytest
 import torch
-
 from conftest import brute_force_marginals
+
 from gbpn.data import grid_graph, make_synthetic, neighbour_agreement, sample_mrf
 from gbpn.data.mrf import DEFAULT_COUPLING, greedy_coloring
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
-
 from conftest import brute_force_marginals, undirected
+
 from gbpn.nn.bp import BeliefPropagation
 from gbpn.nn.coupling import Coupling
 from gbpn.nn.functional import log_matmul_exp_dense, log_normalize, reverse_edge_index

@@ -1,6 +1,6 @@
 import torch
-
 from conftest import undirected
+
 from gbpn.nn import GBPN, MLP
 from gbpn.nn.model import dropout
 

@@ -1,11 +1,18 @@
 import math
 
 import torch
-
 from conftest import undirected
+
 from gbpn.nn.bp import BeliefPropagation
 from gbpn.nn.functional import aggregate, cavity, log_normalize
-from gbpn.sampling import CSRGraph, Exp3Sampler, optimal_probs, sample_tree, sampling_variance, uniform_probs
+from gbpn.sampling import (
+    CSRGraph,
+    Exp3Sampler,
+    optimal_probs,
+    sample_tree,
+    sampling_variance,
+    uniform_probs,
+)
 
 
 def _random_graph(n=30, m=200, seed=0):

@@ -1,6 +1,6 @@
 import torch
-
 from conftest import undirected
+
 from gbpn.data.mrf import grid_graph
 from gbpn.nn.bp import BeliefPropagation
 from gbpn.nn.functional import reverse_edge_index

@@ -3,7 +3,7 @@
 ``fit_baseline(name, data, masks)`` trains one baseline full-batch with AdamW
 (lr 1e-3, weight decay 2.5e-4, 500 steps by default), keeps the epoch with the best
 validation accuracy and returns its metrics. Dropout defaults to the per-dataset value
-of :func:`gbpn.training.default_dropout`.
+of :func:`gbpn.config.default_dropout`.
 
 ========  ==============================================================
 ``mlp``   :class:`gbpn.nn.model.MLP`, 2 hidden layers
@@ -31,10 +31,16 @@ from gbpn.baselines.dagnn import DAGNN
 from gbpn.baselines.gmnn import GMNN, fit_gmnn
 from gbpn.baselines.gnn import GAT, GCN, SAGE
 from gbpn.baselines.propagation import CorrectSmoothModel, LabelPropagationModel
-from gbpn.baselines.training import Masks, csr_adjacency, split_metrics, train_full_batch
+from gbpn.baselines.training import (
+    Masks,
+    csr_adjacency,
+    split_metrics,
+    train_full_batch,
+)
+from gbpn.config import default_dropout
 from gbpn.errors import GBPNError
 from gbpn.nn.model import MLP
-from gbpn.training import default_dropout, prepare_features
+from gbpn.training import prepare_features
 
 BASELINES: Tuple[str, ...] = ("mlp", "gcn", "sage", "gat", "lp", "cs", "gmnn", "dagnn")
 

@@ -44,7 +44,13 @@ from torch_geometric.nn import GCNConv
 from tqdm.auto import tqdm
 
 from gbpn.baselines.gnn import GCN
-from gbpn.baselines.training import Masks, better, feature_dropout, soft_cross_entropy, split_metrics
+from gbpn.baselines.training import (
+    Masks,
+    better,
+    feature_dropout,
+    soft_cross_entropy,
+    split_metrics,
+)
 from gbpn.errors import GBPNError
 
 DRAWS = ("sample", "max", "expect")

@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import to_torch_csr_tensor
 
+from gbpn.metrics import accuracy
 from gbpn.nn.model import dropout as _dropout
-from gbpn.training import accuracy, optimizer_step, train_with_selection
+from gbpn.training import optimizer_step, train_with_selection
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 

@@ -25,11 +25,12 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from gbpn.config import TrainConfig
 from gbpn.data.datasets import load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.io import atomic_write, read_json, versions, write_json
-from gbpn.training import TrainConfig, fit
+from gbpn.training import fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 BASELINE_MODELS = ("mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs")

@@ -18,18 +18,12 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.data import Data
 
+from gbpn.config import TrainConfig, default_dropout
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
+from gbpn.metrics import accuracy
 from gbpn.nn.model import GBPN
-from gbpn.training import (
-    TrainConfig,
-    tree_epochs,
-    accuracy,
-    default_dropout,
-    model_args,
-    predict,
-    prepare_features,
-)
+from gbpn.training import model_args, predict, prepare_features, tree_epochs
 
 
 def init_process_group() -> Tuple[int, int]:

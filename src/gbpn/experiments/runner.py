@@ -16,11 +16,12 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from gbpn.config import TrainConfig
 from gbpn.data.datasets import load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import GBPNError
 from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json
-from gbpn.training import TrainConfig, fit, model_args
+from gbpn.training import fit, model_args
 
 
 def _summary(trials: list) -> Dict[str, float]:

@@ -1,0 +1,95 @@
+"""Hyper-parameters of a GBPN training run, their checks and the device they run on."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Dict, Optional
+
+import torch
+
+from gbpn.errors import GBPNError
+
+VARIANTS = ("gbpn", "gbpn-i")
+
+# Appendix A.2: 0.6 where features are many per training node, 0.3 for the
+# mid-sized graphs, 0.1 otherwise.
+_DROPOUT = {"cora": 0.6, "citeseer": 0.6, "pubmed": 0.3, "cs": 0.3, "physics": 0.3}
+
+
+def default_dropout(dataset: str) -> float:
+    return _DROPOUT.get(dataset.lower(), 0.1)
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of one training run; the defaults are the paper's protocol."""
+
+    variant: str = "gbpn"
+    num_steps: int = 5
+    hidden: int = 256
+    num_hidden: int = 2
+    dropout: Optional[float] = None  # None: the per-dataset value of the appendix
+    epochs: int = 500
+    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
+    lr: float = 1e-3
+    weight_decay: float = 2.5e-4
+    degree_weight: bool = True
+    warmup: float = 0.0  # fraction of epochs trained with K = 0 (MLP only) first
+    damping: float = 0.0
+    learn_coupling: bool = True
+    coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
+    coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
+    precision: str = "fp32"  # "bf16": MLP hidden layers in bfloat16 (BP stays float32)
+    batch_size: Optional[int] = None  # mini-batch training on sampled computation trees; None: full batch
+    fanout: Optional[int] = 5  # neighbours kept per tree node (None: all)
+    num_hops: Optional[int] = None  # tree depth; None: num_steps
+    sampler: str = "uniform"  # "uniform" or "exp3" (importance sampling of tree neighbours, appendix B)
+    exp3_gamma: float = 0.05  # share of the uniform distribution mixed into Exp3's
+    edge_chunk: Optional[int] = None  # evaluation BP in chunks of this many edges (bounded memory)
+    class_weight: bool = False  # weight the loss by inverse class frequency of the training labels
+    train_frac: float = 0.3
+    val_frac: float = 0.2
+    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ... or "auto" (CUDA when available)
+
+    def validate(self) -> None:
+        if self.variant not in VARIANTS:
+            raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
+        if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:
+            raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
+        resolve_device(self.device)
+        if self.patience is not None and self.patience < 1:
+            raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.precision not in ("fp32", "bf16"):
+            raise GBPNError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+        if self.coupling_init not in ("uniform", "empirical"):
+            raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise GBPNError(f"batch_size must be positive, got {self.batch_size}")
+        if self.sampler not in ("uniform", "exp3"):
+            raise GBPNError(f"sampler must be 'uniform' or 'exp3', got {self.sampler!r}")
+        if self.sampler == "exp3" and (self.batch_size is None or self.fanout is None):
+            raise GBPNError("--sampler exp3 samples tree neighbours: it needs --batch-size and a --fanout")
+        if not 0 <= self.exp3_gamma <= 1:
+            raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
+        if not 0 <= self.warmup <= 1:
+            raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
+
+    def to_dict(self) -> Dict:
+        return asdict(self)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``torch.device`` for ``name`` (``"auto"``: CUDA when available); a clear error when a
+    CUDA device is asked for on a machine without one."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise GBPNError(f"unknown device {name!r}: use cpu, cuda, cuda:N or auto") from err
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise GBPNError(f"device {name!r} asked for, but this machine has no such CUDA device; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise GBPNError(f"device {name!r} is not supported: use cpu, cuda, cuda:N or auto")
+    return device
