@@ -56,7 +56,7 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
         known = torch.zeros_like(train)
         known[perm[: perm.numel() // 2]] = True
         loss_idx = perm[perm.numel() // 2 :]
-        out = model(x, data.edge_index, data.rev_index, known_labels=data.y, known_mask=known,
+        out = model(x, data.edge_index, rev_index=data.rev_index, known_labels=data.y, known_mask=known,
                     num_steps=0 if kernel == "mlp" else None)
         loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
         opt.zero_grad(set_to_none=True)

@@ -35,6 +35,27 @@ def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> Non
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
+def _add_potential_args(p: argparse.ArgumentParser) -> None:
+    """The self-potential's encoder (gbpn.nn.encoders) and the model-selection metric."""
+    p.add_argument("--potential", default="mlp", choices=["mlp", "sign", "gcn", "sage", "gat", "auto"],
+                   help="encoder of the self-potential: mlp (the paper's, own features only), sign (precomputed "
+                        "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), or "
+                        "auto (train mlp, sign, sign --no-separate, sage and gcn --no-separate; keep the best on "
+                        "validation) "
+                        "(default: mlp)")
+    p.add_argument("--potential-hops", type=int, default=2, help="sign: propagation hops (default: 2)")
+    p.add_argument("--potential-layers", type=int, default=2, help="gcn/sage/gat: message-passing layers (default: 2)")
+    p.add_argument("--residual", action="store_true", help="gcn/sage/gat: residual connections")
+    p.add_argument("--layer-norm", action="store_true", help="gcn/sage/gat: LayerNorm before each layer")
+    p.add_argument("--no-separate", action="store_true",
+                   help="sign/gcn/gat: mix a node's own channel into its neighbourhood (GCN-style self-loops) "
+                        "instead of keeping it apart")
+    p.add_argument("--metric", default="auto", choices=["auto", "accuracy", "macro_f1", "roc_auc"],
+                   help="model selection on validation (epochs, --potential auto) and the reported score; auto: "
+                        "roc_auc for binary labels with a minority class under 30%%, accuracy otherwise "
+                        "(default: auto)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
                    help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only")
     t.add_argument("--steps", "-K", dest="num_steps", type=int, default=5, help="BP steps K (default: 5)")
-    t.add_argument("--hidden", type=int, default=256, help="MLP hidden units (default: 256)")
+    t.add_argument("--hidden", type=int, default=256, help="encoder hidden units (default: 256)")
+    _add_potential_args(t)
     t.add_argument("--dropout", type=float, default=None, help="MLP dropout (default: per dataset, as in the paper)")
     t.add_argument("--epochs", type=int, default=500, help="full-batch training steps (default: 500)")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
@@ -186,14 +208,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
         precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
         edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
-        exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device,
+        exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device, potential=args.potential,
+        potential_hops=args.potential_hops, potential_layers=args.potential_layers, residual=args.residual,
+        layer_norm=args.layer_norm, separate=not args.no_separate, metric=args.metric,
     )
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
-    output = args.output or f"runs/{name}-{args.variant}-seed{args.seed}"
+    potential = "" if args.potential == "mlp" else f"-{args.potential}"
+    output = args.output or f"runs/{name}-{args.variant}{potential}-seed{args.seed}"
     result = run_trials(args.dataset, config, args.trials, args.seed, output, args.data_dir, args.sample,
                         progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
     s = result["summary"]
     f1 = f", illicit-class F1 {100 * s['test_f1_mean']:.2f} ± {100 * s['test_f1_std']:.2f}" if "test_f1_mean" in s else ""
+    if "test_roc_auc_mean" in s:
+        f1 += f", ROC AUC {100 * s['test_roc_auc_mean']:.2f} ± {100 * s['test_roc_auc_std']:.2f}"
     print(f"{name} {args.variant}: test accuracy {100 * s['test_accuracy_mean']:.2f} ± "
           f"{100 * s['test_accuracy_std']:.2f}{f1} over {s['num_trials']} trial(s); run saved in {output}")
     return 0

@@ -49,6 +49,16 @@ class TrainConfig:
     train_frac: float = 0.3
     val_frac: float = 0.2
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ... or "auto" (CUDA when available)
+    # the self-potential's encoder (gbpn.nn.encoders): mlp (the paper's), sign, gcn, sage, gat,
+    # or auto (each of AUTO_CANDIDATES trained, the best on validation kept)
+    potential: str = "mlp"
+    potential_hops: int = 2  # sign: propagation hops
+    potential_layers: int = 2  # gcn/sage/gat: message-passing layers
+    residual: bool = False  # gcn/sage/gat: residual connections
+    layer_norm: bool = False  # gcn/sage/gat: LayerNorm
+    separate: bool = True  # sign/gcn/sage/gat: ego and neighbour channels apart
+    metric: str = "auto"  # model selection (and the reported score): accuracy, macro_f1, roc_auc; auto: roc_auc
+    # for binary labels with a minority class under 30%, accuracy otherwise
 
     def validate(self) -> None:
         if self.variant not in VARIANTS:
@@ -74,6 +84,35 @@ class TrainConfig:
             raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
         if not 0 <= self.warmup <= 1:
             raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
+
+        from gbpn.metrics import METRICS
+        from gbpn.nn.encoders import ENCODERS
+
+        if self.potential not in ENCODERS + ("auto",):
+            raise GBPNError(f"unknown potential {self.potential!r}; choose one of {', '.join(ENCODERS)} or auto")
+        if self.potential_hops < 1 or self.potential_layers < 1:
+            raise GBPNError("--potential-hops and --potential-layers must be at least 1")
+        if self.potential in ("gcn", "sage", "gat") and self.batch_size is not None:
+            raise GBPNError(f"the {self.potential} potential runs message passing at train time and trains full "
+                            "batch only: drop --batch-size, or use --potential sign (precomputed neighbourhood "
+                            "features) or mlp for mini-batch training")
+        if self.potential == "sage" and not self.separate:
+            raise GBPNError("the sage potential always keeps a node's own weight (its root weight): --no-separate "
+                            "applies to sign, gcn and gat")
+        if self.potential != "mlp" and self.precision != "fp32":
+            raise GBPNError("--precision bf16 is implemented for the mlp potential only")
+        if self.metric not in METRICS + ("auto",):
+            raise GBPNError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)} or auto")
+
+    def potential_options(self, potential: Optional[str] = None) -> Dict:
+        """The encoder options of ``potential`` (default: this config's) from the flat fields."""
+        potential = potential or self.potential
+        if potential == "sign":
+            return {"hops": self.potential_hops, "separate": self.separate}
+        if potential in ("gcn", "sage", "gat"):
+            return {"num_layers": self.potential_layers, "residual": self.residual, "layer_norm": self.layer_norm,
+                    "separate": self.separate}
+        return {}
 
     def to_dict(self) -> Dict:
         return asdict(self)

@@ -116,7 +116,9 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         raise GBPNError(f"{path} is not a gbpn checkpoint (expected format {CHECKPOINT_FORMAT})")
     try:
         model = GBPN(**payload["model_args"])
-        model.load_state_dict(payload["state_dict"])
+        # checkpoints from before pluggable encoders named the MLP potential "mlp"
+        state = {("encoder." + k[4:] if k.startswith("mlp.") else k): v for k, v in payload["state_dict"].items()}
+        model.load_state_dict(state)
     except Exception as err:
         raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {err})") from None
     model.eval()

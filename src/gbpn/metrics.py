@@ -26,3 +26,44 @@ def accuracy(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
     if not bool(mask.any()):
         return float("nan")
     return float((log_belief[mask].argmax(-1) == y[mask]).float().mean())
+
+
+METRICS = ("accuracy", "macro_f1", "roc_auc")
+
+
+def macro_f1(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
+    """Unweighted mean of the per-class F1 scores (scikit-learn) over the classes present."""
+    from sklearn.metrics import f1_score
+
+    if not bool(mask.any()):
+        return float("nan")
+    return float(f1_score(y[mask].cpu().numpy(), log_belief[mask].argmax(-1).cpu().numpy(), average="macro",
+                          zero_division=0))
+
+
+def roc_auc(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
+    """Area under the ROC curve of class 1's probability (binary labels; scikit-learn);
+    NaN where the nodes hold one class only."""
+    from sklearn.metrics import roc_auc_score
+
+    yt = y[mask].cpu().numpy()
+    if log_belief.size(-1) != 2:
+        raise ValueError("ROC AUC is defined here for two classes")
+    if len(set(yt.tolist())) < 2:
+        return float("nan")
+    return float(roc_auc_score(yt, log_belief[mask][:, 1].float().cpu().numpy()))
+
+
+def score(metric: str, log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
+    """``metric`` (one of :data:`METRICS`) of ``log_belief`` on the nodes in ``mask``."""
+    return {"accuracy": accuracy, "macro_f1": macro_f1, "roc_auc": roc_auc}[metric](log_belief, y, mask)
+
+
+def default_metric(y: Tensor, num_classes: int, mask: Tensor = None) -> str:
+    """``roc_auc`` for binary labels whose minority class is under 30% of the labelled nodes
+    (accuracy hides a poor ranking there), ``accuracy`` otherwise."""
+    labels = y[y >= 0] if mask is None else y[mask]
+    if num_classes != 2 or labels.numel() == 0:
+        return "accuracy"
+    share = float((labels == 1).float().mean())
+    return "roc_auc" if min(share, 1 - share) < 0.3 else "accuracy"

@@ -6,7 +6,9 @@ scores in :mod:`gbpn.metrics`.
 from __future__ import annotations
 
 import copy
+import math
 import time
+from dataclasses import replace
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -18,7 +20,7 @@ from tqdm.auto import tqdm
 from gbpn.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
-from gbpn.metrics import accuracy, f1_with_val_threshold
+from gbpn.metrics import default_metric, f1_with_val_threshold, score
 from gbpn.nn.model import GBPN
 from gbpn.objective import (
     balanced_class_weight,
@@ -34,6 +36,7 @@ class TrialResult:
     metrics: Dict[str, float]
     masks: Tuple[Tensor, Tensor, Tensor]
     history: List[Dict[str, float]] = field(default_factory=list)
+    config: Optional[TrainConfig] = None  # as trained: with --potential auto, the chosen encoder
 
 
 def prepare_features(x: Tensor, max_density: float = 0.1) -> Tensor:
@@ -63,19 +66,23 @@ def train_with_selection(
     progress: bool = False,
     desc: str = "train",
     patience: Optional[int] = None,
+    metric: str = "accuracy",
 ) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
     """The loop shared by GBPN and the baselines: ``train_epoch(epoch)`` takes the epoch's
     optimiser step(s) in train mode and returns its loss, then ``evaluate(epoch)`` (eval mode,
     no grad) gives ``[N, c]`` scores.
-    The parameters of the epoch with the highest validation accuracy are restored at the end
-    (ties keep the earlier epoch). With ``patience``, training stops once that many epochs
-    in a row bring no higher validation accuracy (``epochs`` is then a ceiling).
+    The parameters of the epoch with the highest validation ``metric`` (see
+    :func:`gbpn.metrics.score`) are restored at the end (ties keep the earlier epoch). With
+    ``patience``, training stops once that many epochs in a row bring no higher validation score
+    (``epochs`` is then a ceiling).
 
-    Returns the best epoch's metrics (``train/val/test_accuracy``, ``best_epoch``,
-    ``train_seconds``), its evaluation output and the per-epoch history.
+    Returns the best epoch's metrics (``train/val/test_accuracy``, the same for ``metric`` when
+    it is not accuracy, ``best_epoch``, ``train_seconds``), its evaluation output and the
+    per-epoch history.
     """
     train_mask, val_mask, test_mask = masks
-    best: Dict[str, float] = {"val_accuracy": -1.0}
+    key = f"val_{metric}"
+    best: Dict[str, float] = {key: -math.inf}
     best_state, best_out = None, None
     history: List[Dict[str, float]] = []
     start = time.perf_counter()
@@ -86,29 +93,22 @@ def train_with_selection(
         model.eval()
         with torch.no_grad():
             out = evaluate(epoch)
-        row = {
-            "epoch": epoch,
-            "loss": loss,
-            "train_accuracy": accuracy(out, y, train_mask),
-            "val_accuracy": accuracy(out, y, val_mask),
-            "test_accuracy": accuracy(out, y, test_mask),
-        }
+        row = {"epoch": epoch, "loss": loss}
+        for name in dict.fromkeys(("accuracy", metric)):
+            for split, mask in zip(("train", "val", "test"), masks):
+                row[f"{split}_{name}"] = score(name, out, y, mask)
         history.append(row)
-        if row["val_accuracy"] > best["val_accuracy"]:
+        if row[key] > best[key] or best_state is None:
             best, best_out = dict(row), out
             best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
+        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row[key]:.3f}", best=f"{best[key]:.3f}")
         if patience is not None and epoch - best["epoch"] >= patience:
             break
     bar.close()
-    metrics = {
-        "train_accuracy": best["train_accuracy"],
-        "val_accuracy": best["val_accuracy"],
-        "test_accuracy": best["test_accuracy"],
-        "best_epoch": best["epoch"],
-        "epochs_run": len(history),
-        "train_seconds": time.perf_counter() - start,
-    }
+    metrics = {k: v for k, v in best.items() if k not in ("epoch", "loss")}
+    metrics.update(best_epoch=best["epoch"], epochs_run=len(history), train_seconds=time.perf_counter() - start)
+    if metric != "accuracy":
+        metrics["metric"] = metric
     model.load_state_dict(best_state)
     return metrics, best_out, history
 
@@ -125,6 +125,8 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         "damping": config.damping,
         "learn_coupling": config.learn_coupling,
         "precision": config.precision,
+        "potential": config.potential,
+        "potential_options": config.potential_options(),
     }
 
 
@@ -157,10 +159,10 @@ def predict(
     model.eval()
     device = next(model.parameters()).device
     data = data.to(device)  # no copy when it is there already
-    x = (prepare_features(data.x) if x is None else x).to(device)
+    x = model.precompute(prepare_features(data.x).to(device), data.edge_index) if x is None else x.to(device)
     known_mask = None if known_mask is None else known_mask.to(device)
-    if node_chunk is None:
-        log_self = model.self_potential(x)
+    if node_chunk is None or model.potential in ("gcn", "sage", "gat"):  # a GNN's potential needs the whole graph
+        log_self = model.self_potential(x, data.edge_index)
     else:
         log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)),
                                                                                   device=device)))
@@ -231,7 +233,7 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
             known_t[: tree.batch_size] = False
             weight = tree.message_weight()
             out = model(x.index_select(0, tree.node_map.to(device)), tree.edge_index.to(device),
-                        tree.rev_index.to(device), known_labels=y[tree.node_map].to(device),
+                        rev_index=tree.rev_index.to(device), known_labels=y[tree.node_map].to(device),
                         known_mask=known_t.to(device), num_steps=0 if epoch < warmup_epochs else hops,
                         message_weight=None if weight is None else weight.to(device),
                         return_messages=sampler is not None)
@@ -252,6 +254,32 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     return epoch_fn
 
 
+def auto_candidates(config: TrainConfig) -> List[TrainConfig]:
+    """The configurations ``--potential auto`` compares (:data:`gbpn.nn.encoders.AUTO_CANDIDATES`);
+    with ``batch_size`` only those that train on sampled trees."""
+    from gbpn.nn.encoders import AUTO_CANDIDATES
+
+    out = []
+    for cand in AUTO_CANDIDATES:
+        if config.batch_size is not None and cand["potential"] not in ("mlp", "sign"):
+            continue
+        out.append(replace(config, potential=cand["potential"], separate=cand.get("separate", True)))
+    return out
+
+
+def candidate_name(config: TrainConfig) -> str:
+    """``mlp``, ``sign``, ``sign-mixed``, ``sage``, ...: an encoder and whether its channels are separate."""
+    mixed = config.potential != "mlp" and not config.separate
+    return config.potential + ("-mixed" if mixed else "")
+
+
+def select_by_validation(results: List[TrialResult], metric: str) -> int:
+    """Index of the result with the highest validation ``metric`` (ties: the earlier one).
+    Only validation scores are read: test labels never take part in the choice."""
+    vals = [r.metrics[f"val_{metric}"] for r in results]
+    return max(range(len(vals)), key=lambda i: (vals[i] if vals[i] == vals[i] else -math.inf, -i))
+
+
 def fit(
     data: Data,
     config: TrainConfig,
@@ -262,6 +290,11 @@ def fit(
     on_epoch: Optional[Callable[[int, GBPN, object], None]] = None,
 ) -> TrialResult:
     """Train one model with full-batch AdamW; keep the parameters of the best validation epoch.
+
+    With ``config.potential == "auto"`` one model per :func:`auto_candidates` entry is trained
+    with the same seed and split, and the one with the best validation score is returned; its
+    metrics name the choice (``potential``, ``potential_separate``) and list every candidate's
+    validation score (``auto_candidates``).
 
     GBPN (transductive): every step clamps a fresh random half of the training
     nodes and takes the loss on the other half; evaluation clamps all of them.
@@ -280,12 +313,29 @@ def fit(
     Mini-batch training samples trees on the CPU and moves each batch to the device.
     """
     config.validate()
+    if masks is None:
+        masks = random_split(data.y, config.train_frac, config.val_frac, seed)
+    if config.metric == "auto":
+        config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0]))
+    if config.potential != "auto":
+        return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
+    results = [_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch)
+               for cand in auto_candidates(config)]
+    best = results[select_by_validation(results, config.metric)]
+    # every candidate's scores are recorded for the report; the choice above read validation only
+    keys = dict.fromkeys((f"val_{config.metric}", "val_accuracy", f"test_{config.metric}", "test_accuracy"))
+    best.metrics["auto_candidates"] = [{"potential": candidate_name(r.config), **{k: r.metrics[k] for k in keys}}
+                                       for r in results]
+    best.metrics["auto_seconds"] = sum(r.metrics["train_seconds"] for r in results)
+    return best
+
+
+def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Tensor, Tensor], progress: bool,
+             desc: str, on_epoch: Optional[Callable[[int, GBPN, object], None]]) -> TrialResult:
     device = resolve_device(config.device)
     if device.type != "cpu" and config.sampler == "exp3":
         raise GBPNError("the Exp3 sampler learns on the CPU; train it with --device cpu")
     num_classes = int(data.num_classes)
-    if masks is None:
-        masks = random_split(data.y, config.train_frac, config.val_frac, seed)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(getattr(data, "name", ""))
@@ -306,9 +356,11 @@ def fit(
     cpu_data, data = data, data.to(device)
     masks = tuple(m.to(device) for m in masks)
     train_mask = masks[0]
-    x = prepare_features(data.x)
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
+    start = time.perf_counter()
+    x = model.precompute(prepare_features(data.x), ei)  # propagated features: once, not per step
+    precompute_seconds = time.perf_counter() - start
     alpha = degree_temperature(ei, data.num_nodes) if config.degree_weight else None
     train_idx = train_mask.nonzero().view(-1)
     transductive = config.variant == "gbpn"
@@ -323,10 +375,10 @@ def fit(
             known = torch.zeros_like(train_mask)
             known[perm[: perm.numel() // 2]] = True
             loss_idx = perm[perm.numel() // 2 :]
-            out = model(x, ei, rev, ew, known_labels=y, known_mask=known, num_steps=steps)
+            out = model(x, ei, ew, rev_index=rev, known_labels=y, known_mask=known, num_steps=steps)
         else:
             loss_idx = train_idx
-            out = model(x, ei, rev, ew, num_steps=steps)
+            out = model(x, ei, ew, rev_index=rev, num_steps=steps)
         return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx], cw)
 
     def evaluate(epoch: int) -> Tensor:
@@ -353,10 +405,12 @@ def fit(
             return loss
 
     metrics, best_out, history = train_with_selection(
-        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience)
+        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience, config.metric)
     model.cpu()
-    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device))
+    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
+                   potential=candidate_name(config), potential_separate=config.separate,
+                   precompute_seconds=precompute_seconds)
     positive = getattr(data, "positive_class", None)
     if positive is not None and num_classes == 2:
         metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
-    return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history)
+    return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history, config=config)

@@ -59,11 +59,11 @@ def test_repr_and_reset_parameters():
     model = GBPN(4, 3, hidden_channels=8, dropout=0.3, num_steps=7)
     text = repr(model)
     assert "num_steps=7" in text and "dropout=0.3" in text and "num_classes=3" in text
-    before = model.mlp.lins[0].weight.clone()
+    before = model.encoder.lins[0].weight.clone()
     with torch.no_grad():
         model.bp.coupling.weight.fill_(3.0)
     model.reset_parameters()
-    assert not torch.equal(before, model.mlp.lins[0].weight)
+    assert not torch.equal(before, model.encoder.lins[0].weight)
     assert torch.equal(model.H, torch.ones(3, 3))
 
 
@@ -92,4 +92,4 @@ def test_bf16_mlp_is_close_to_fp32_and_trains():
     torch.testing.assert_close(out, fp(x, _graph(20)), atol=0.05, rtol=0)
     bf.train()
     bf(x, _graph(20)).sum().backward()
-    assert bf.mlp.lins[1].weight.grad.dtype == torch.float32
+    assert bf.encoder.lins[1].weight.grad.dtype == torch.float32

@@ -33,6 +33,19 @@ from gbpn.io import atomic_write, read_json, versions, write_json
 from gbpn.training import fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
+# a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
+POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "auto")
+
+
+def gbpn_config(model: str, **kw) -> Optional[TrainConfig]:
+    """The :class:`TrainConfig` of a GBPN model name (``gbpn``, ``gbpn-i``, ``gbpn:<potential>``),
+    or None for a baseline's name."""
+    variant, _, potential = model.partition(":")
+    if variant not in GBPN_MODELS or (potential and potential not in POTENTIALS):
+        return None
+    potential = potential or "mlp"
+    return TrainConfig(variant=variant, potential=potential.removesuffix("-mixed"),
+                       separate=not potential.endswith("-mixed"), **kw)
 BASELINE_MODELS = ("mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs")
 LARGE_MODELS = ("sage-sampled", "gat-sampled", "cluster-gcn")  # mini-batch; --epochs counts passes over the data
 
@@ -44,13 +57,13 @@ PRESETS: Dict[str, Dict] = {
         "epochs": 500,
     },
     "table3": {
-        "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn"],
+        "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn", "gbpn:auto"],
         "datasets": ["cora", "citeseer", "pubmed", "cs", "physics", "election", "sexual"],
         "trials": 10,
         "epochs": 500,
     },
     "heterophily": {
-        "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn"],
+        "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn", "gbpn:auto"],
         # the filtered graphs (no duplicate nodes across splits) first: they are the fair test
         "datasets": ["chameleon-filtered", "squirrel-filtered", "chameleon", "squirrel"],
         "trials": 10,
@@ -67,10 +80,16 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
     runs early."""
-    if model in GBPN_MODELS:
-        config = TrainConfig(variant=model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
-                             patience=patience)
-        return fit(data, config, seed=seed, masks=masks).metrics
+    config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
+                         patience=patience)
+    if config is not None:
+        metrics = fit(data, config, seed=seed, masks=masks).metrics
+        # flatten the candidates of --potential auto into numeric columns (the choice stays a name)
+        for cand in metrics.pop("auto_candidates", []):
+            for k, v in cand.items():
+                if k != "potential":
+                    metrics[f"{cand['potential']}__{k}"] = v
+        return metrics
     if model in BASELINE_MODELS:
         from gbpn.baselines import fit_baseline
 
@@ -79,7 +98,11 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
         from gbpn.baselines.large import fit_large_baseline
 
         return fit_large_baseline(model, data, masks, seed=seed, epochs=epochs, batch_size=batch_size or 1024)
-    raise GBPNError(f"unknown model {model!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
+    raise GBPNError(f"unknown model {model!r}; choose from {', '.join(_model_names())}")
+
+
+def _model_names() -> List[str]:
+    return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS]
 
 
 def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
@@ -124,8 +147,8 @@ def run_grid(
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
     out = Path(output)
     for m in models:
-        if m not in GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS:
-            raise GBPNError(f"unknown model {m!r}; choose from {', '.join(GBPN_MODELS + BASELINE_MODELS + LARGE_MODELS)}")
+        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS:
+            raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
             "batch_size": batch_size, "patience": patience}
     if (out / "config.json").is_file():
@@ -168,14 +191,15 @@ def run_grid(
             metrics = run_one(m, data, masks, s, epochs, batch_size, patience)
             row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
                    "seconds": time.perf_counter() - start,
-                   **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+                   **{k: v for k, v in metrics.items() if isinstance(v, (int, float)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
         finally:
             name.with_suffix(".claim").unlink(missing_ok=True)
     rows = [read_json(p) for p in sorted((out / "rows").glob("*.json"))] if (out / "rows").is_dir() else []
     rows = [r for r in rows if r["dataset"] in datasets and r["model"] in models and r["trial"] < trials]
     if rows:
-        keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy", "seconds"]
+        keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
+                "test_roc_auc", "val_roc_auc", "potential", "seconds"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

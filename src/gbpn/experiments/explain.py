@@ -29,7 +29,7 @@ def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor
         raise GBPNError(f"node must be in 0..{n - 1}, got {node}")
     model.eval()
     x = prepare_features(data.x)
-    log_self = model.self_potential(x)
+    log_self = model.self_potential(x, data.edge_index)
     known_labels = data.y if known_mask is not None else None
     log_b, log_m = model.bp(log_self, data.edge_index, getattr(data, "rev_index", None),
                             getattr(data, "edge_weight", None), known_labels, known_mask, return_messages=True)
@@ -56,6 +56,7 @@ def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor
         "prediction": names[pred],
         "runner_up": names[runner],
         "known": bool(known_mask[node]) if known_mask is not None else False,
+        "potential": getattr(model, "potential", "mlp"),
         "self_potential": [float(v) for v in log_self[node].exp()],
         "belief": [float(v) for v in log_b[node].exp()],
         "self_contribution": float(log_self[node, pred] - log_self[node, runner]),
@@ -68,12 +69,16 @@ def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor
 def format_explanation(ex: Dict, top: int = 10) -> str:
     names = ex["class_names"]
     fmt = lambda p: ", ".join(f"{n}: {v:.3f}" for n, v in zip(names, p))  # noqa: E731
+    # the self-potential is the encoder's output: own features for the paper's MLP, the
+    # node's neighbourhood features too for the graph encoders
+    own = ("own features" if ex.get("potential", "mlp") == "mlp"
+           else f"{ex['potential']} encoder on the neighbourhood's features")
     lines = [
         f"node {ex['node']}: predicted {ex['prediction']} (runner-up {ex['runner_up']})"
         + ("  [label known: clamped evidence]" if ex["known"] else ""),
-        f"  own features (self-potential): {fmt(ex['self_potential'])}",
+        f"  {own} (self-potential): {fmt(ex['self_potential'])}",
         f"  final belief after BP:         {fmt(ex['belief'])}",
-        f"  log-odds {ex['prediction']} vs {ex['runner_up']}: {ex['margin']:+.3f} = own features "
+        f"  log-odds {ex['prediction']} vs {ex['runner_up']}: {ex['margin']:+.3f} = {own} "
         f"{ex['self_contribution']:+.3f} + {len(ex['neighbours'])} neighbour message(s) "
         f"{sum(r['contribution'] for r in ex['neighbours']):+.3f}",
     ]

@@ -26,7 +26,7 @@ from gbpn.training import fit, model_args
 
 def _summary(trials: list) -> Dict[str, float]:
     out: Dict[str, float] = {"num_trials": len(trials)}
-    for key in ("test_accuracy", "test_f1"):
+    for key in ("test_accuracy", "test_f1", "test_roc_auc", "test_macro_f1"):
         vals = np.array([t[key] for t in trials if key in t], dtype=float)
         if vals.size:
             out[f"{key}_mean"] = float(vals.mean())
@@ -101,7 +101,7 @@ def run_trials(
         if row["val_accuracy"] > best_val:
             best_val = row["val_accuracy"]
             save_checkpoint(out / "model.pt", res.model, {
-                "model_args": model_args(data.num_features, int(data.num_classes), config, res.metrics["dropout"]),
+                "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"]),
                 "variant": config.variant, "dataset": data.name, "sample": sample, "seed": s,
                 "split": split,
                 "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
@@ -110,8 +110,9 @@ def run_trials(
         done.append(row)
         done.sort(key=lambda t: t["trial"])
         write_json(metrics_path, {"trials": done, "summary": _summary(done)})
-        log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f} "
-            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']})")
+        extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
+        log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
+            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})")
     result = {"trials": done, "summary": _summary(done)}
     write_json(metrics_path, result)
     return result

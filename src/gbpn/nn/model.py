@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -118,11 +118,13 @@ class GBPN(nn.Module):
     r"""Graph Belief Propagation Network.
 
     .. math::
-        \log\phi_i = \mathrm{log\_softmax}(\mathrm{MLP}_\theta(x_i)), \qquad
+        \log\phi = \mathrm{log\_softmax}(f_\theta(X, A)), \qquad
         \log p_i = \mathrm{BP}_K(\log\phi, H)_i
 
-    with :class:`~gbpn.nn.bp.BeliefPropagation` for :math:`\mathrm{BP}_K`.
-    The same module serves both variants:
+    with :class:`~gbpn.nn.bp.BeliefPropagation` for :math:`\mathrm{BP}_K` and a potential
+    encoder :math:`f_\theta` from :mod:`gbpn.nn.encoders`: the paper's MLP on each node's
+    own features (``potential="mlp"``, the default), propagated features (``"sign"``) or a
+    GNN (``"gcn"``, ``"sage"``, ``"gat"``). The same module serves both variants:
 
     * **GBPN-I** (inductive): call without ``known_labels``; it uses features
       only and runs on graphs it was not trained on.
@@ -132,19 +134,24 @@ class GBPN(nn.Module):
     Args:
         in_channels (int): node feature size.
         num_classes (int): number of classes :math:`c`.
-        hidden_channels (int, optional): MLP width. (default: ``256``)
-        num_hidden (int, optional): MLP hidden layers. (default: ``2``)
-        dropout (float, optional): MLP dropout. (default: ``0.1``)
+        hidden_channels (int, optional): encoder width. (default: ``256``)
+        num_hidden (int, optional): MLP / SIGN hidden layers. (default: ``2``)
+        dropout (float, optional): encoder dropout. (default: ``0.1``)
         num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
         precision (str, optional): MLP precision, see :class:`MLP`; BP always
             runs in the dtype of its input (float32 here). (default: ``"fp32"``)
         damping, tol, learn_coupling, coupling_init: see
             :class:`~gbpn.nn.bp.BeliefPropagation`.
+        potential (str, optional): the encoder, one of
+            :data:`gbpn.nn.encoders.ENCODERS`. (default: ``"mlp"``)
+        potential_options (dict, optional): the encoder's own options
+            (:func:`gbpn.nn.encoders.build_encoder`), e.g. ``{"hops": 3}``.
 
     Shapes:
-        - **input:** ``x`` ``[N, F]`` (dense or sparse COO), ``edge_index``
-          ``[2, E]``, optional ``rev_index`` ``[E]``, ``edge_weight`` ``[E]``,
-          ``known_labels``/``known_mask`` ``[N]``, ``message_weight`` ``[E]``
+        - **input:** ``x`` ``[N, F]`` (dense or sparse COO; or what :meth:`precompute`
+          returned for this graph), ``edge_index`` ``[2, E]``, ``edge_weight`` ``[E]``,
+          keyword-only ``rev_index`` ``[E]``, ``known_labels``/``known_mask`` ``[N]``,
+          ``message_weight`` ``[E]``
         - **output:** normalised log-beliefs ``[N, c]`` (plus residuals and/or final
           messages on request, as for :class:`~gbpn.nn.bp.BeliefPropagation`)
     """
@@ -162,16 +169,23 @@ class GBPN(nn.Module):
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
         precision: str = "fp32",
+        potential: str = "mlp",
+        potential_options: Optional[Dict] = None,
     ):
+        from gbpn.nn.encoders import build_encoder  # encoders build on this module's MLP
+
         super().__init__()
         self.in_channels = in_channels
         self.num_classes = num_classes
-        self.mlp = MLP(in_channels, hidden_channels, num_classes, num_hidden, dropout, precision)
+        self.potential = potential
+        self.potential_options = dict(potential_options or {})
+        self.encoder = build_encoder(potential, in_channels, num_classes, hidden_channels, num_hidden, dropout,
+                                     precision, **self.potential_options)
         self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.mlp.reset_parameters()
+        self.encoder.reset_parameters()
         self.bp.reset_parameters()
 
     @property
@@ -183,16 +197,24 @@ class GBPN(nn.Module):
     def log_H(self) -> Tensor:
         return self.bp.log_H
 
-    def self_potential(self, x: Tensor) -> Tensor:
-        """Normalised log self-potentials ``[N, c]`` from the features alone."""
-        return F.log_softmax(self.mlp(x), dim=-1)
+    def precompute(self, x: Tensor, edge_index: Tensor):
+        """What the encoder reads for this graph, computed once: ``x`` itself for the MLP,
+        the propagated features for ``sign``, ``x`` with a CSR adjacency for the GNNs. Pass
+        it as ``x`` to :meth:`forward` and :meth:`self_potential` to skip the work per call."""
+        return self.encoder.precompute(x, edge_index)
+
+    def self_potential(self, x, edge_index: Optional[Tensor] = None) -> Tensor:
+        """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
+        features for the MLP; from its neighbourhood as well for the graph encoders)."""
+        return F.log_softmax(self.encoder(x, edge_index), dim=-1)
 
     def forward(
         self,
-        x: Tensor,
+        x,
         edge_index: Tensor,
-        rev_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
+        *,
+        rev_index: Optional[Tensor] = None,
         known_labels: Optional[Tensor] = None,
         known_mask: Optional[Tensor] = None,
         num_steps: Optional[int] = None,
@@ -201,7 +223,7 @@ class GBPN(nn.Module):
         message_weight: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
         return self.bp(
-            self.self_potential(x),
+            self.self_potential(x, edge_index),
             edge_index,
             rev_index=rev_index,
             edge_weight=edge_weight,
@@ -214,4 +236,4 @@ class GBPN(nn.Module):
         )
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(mlp={self.mlp!r}, bp={self.bp!r})"
+        return f"{self.__class__.__name__}(encoder={self.encoder!r}, bp={self.bp!r})"
