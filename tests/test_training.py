@@ -108,3 +108,73 @@ def test_auto_device_trains_where_it_can_and_returns_cpu_tensors():
     result = fit(data, TrainConfig(epochs=3, hidden=16, device="auto"), seed=0)
     assert result.metrics["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     assert next(result.model.parameters()).device.type == "cpu" and result.masks[0].device.type == "cpu"
+
+
+@pytest.mark.parametrize("potential,separate", [("sign", True), ("sign", False), ("sage", True), ("gcn", False),
+                                                ("gat", True)])
+def test_each_potential_encoder_trains(potential, separate):
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=25, hidden=16, potential=potential, separate=separate), seed=0)
+    losses = [h["loss"] for h in res.history]
+    assert losses[-1] < 0.9 * losses[0]
+    assert res.metrics["potential"] == potential + ("" if separate else "-mixed")
+    assert res.model.potential == potential
+
+
+def test_sign_potential_trains_on_sampled_trees():
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=4, hidden=16, batch_size=256, num_steps=2, potential="sign"), seed=0)
+    assert res.metrics["test_accuracy"] > 0.6
+
+
+def test_gnn_potentials_refuse_mini_batches():
+    with pytest.raises(GBPNError, match="full batch"):
+        fit(load_dataset("synth-ising+"), TrainConfig(epochs=2, potential="sage", batch_size=64))
+
+
+def test_selection_reads_validation_scores_only():
+    from gbpn.training import TrialResult, select_by_validation
+
+    def result(val, test):
+        return TrialResult(model=None, metrics={"val_accuracy": val, "test_accuracy": test}, masks=())
+
+    # the best on test (index 1) must lose to the best on validation (index 0)
+    assert select_by_validation([result(0.8, 0.5), result(0.7, 0.9), result(float("nan"), 1.0)], "accuracy") == 0
+    assert select_by_validation([result(0.7, 0.1), result(0.7, 0.9)], "accuracy") == 0  # ties: the earlier
+    # one standard error on 100 validation labels (~0.045 at 0.75) keeps the simpler first candidate ...
+    y_val = torch.zeros(100, dtype=torch.long)
+    assert select_by_validation([result(0.74, 0.1), result(0.76, 0.9)], "accuracy", y_val) == 0
+    # ... but not when the other is clearly better on validation, whatever the test scores say
+    assert select_by_validation([result(0.60, 0.9), result(0.76, 0.1)], "accuracy", y_val) == 1
+
+
+def test_auto_potential_picks_the_best_validation_candidate_and_ignores_test_labels():
+    data = load_dataset("synth-ising+")
+    cfg = TrainConfig(epochs=8, hidden=16, potential="auto")
+    res = fit(data, cfg, seed=1)
+    cands = res.metrics["auto_candidates"]
+    assert [c["potential"] for c in cands] == ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed"]
+    from gbpn.metrics import standard_error
+
+    top = max(c["val_accuracy"] for c in cands)
+    se = standard_error("accuracy", top, data.y[res.masks[1]])
+    assert res.metrics["potential"] == next(c["potential"] for c in cands if c["val_accuracy"] >= top - se)
+    # scrambling the test labels changes no choice and no validation score
+    scrambled = data.clone()
+    test = res.masks[2]
+    scrambled.y = data.y.clone()
+    scrambled.y[test] = 1 - data.y[test]
+    other = fit(scrambled, cfg, seed=1, masks=res.masks)
+    assert other.metrics["potential"] == res.metrics["potential"]
+    assert [c["val_accuracy"] for c in other.metrics["auto_candidates"]] == [c["val_accuracy"] for c in cands]
+
+
+def test_roc_auc_is_the_default_metric_for_imbalanced_binary_labels():
+    from gbpn.metrics import default_metric, roc_auc
+
+    y = torch.tensor([0] * 8 + [1] * 2)
+    assert default_metric(y, 2) == "roc_auc"
+    assert default_metric(torch.tensor([0, 1] * 5), 2) == "accuracy"
+    assert default_metric(y, 3) == "accuracy"
+    log_p = torch.log(torch.tensor([[0.9, 0.1]] * 8 + [[0.2, 0.8]] * 2))
+    assert roc_auc(log_p, y, torch.ones(10, dtype=torch.bool)) == 1.0

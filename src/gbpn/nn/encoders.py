@@ -57,14 +57,19 @@ def _linear(x: Tensor, lin: nn.Linear) -> Tensor:
     return lin(x)
 
 
-def _adjacency(edge_index: Tensor, num_nodes: int, weight: Optional[Tensor] = None) -> Tensor:
-    """``[N, N]`` CSR adjacency with row = target, column = source (PyG's ``adj_t``)."""
+def _adjacency(edge_index: Tensor, num_nodes: int, weight: Optional[Tensor] = None,
+               dtype: torch.dtype = torch.float32) -> Tensor:
+    """``[N, N]`` CSR adjacency with row = target, column = source (PyG's ``adj_t``), in ``dtype``."""
+    if weight is None:
+        weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+    weight = weight.to(dtype)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": nothing for a user to act on
         warnings.simplefilter("ignore", UserWarning)
         return to_torch_csr_tensor(edge_index.flip(0), weight, size=(num_nodes, num_nodes))
 
 
-def propagation_matrix(edge_index: Tensor, num_nodes: int, separate: bool = True) -> Tensor:
+def propagation_matrix(edge_index: Tensor, num_nodes: int, separate: bool = True,
+                       dtype: torch.dtype = torch.float32) -> Tensor:
     r"""The ``[N, N]`` operator :math:`\hat A` of the propagated features (sparse CSR).
 
     ``separate=True``: the neighbour mean :math:`D^{-1}A` without self-loops (isolated nodes
@@ -81,7 +86,7 @@ def propagation_matrix(edge_index: Tensor, num_nodes: int, separate: bool = True
     else:
         inv = deg.pow(-0.5)
         w = inv[src] * inv[dst]
-    return _adjacency(torch.stack([src, dst]), num_nodes, w)
+    return _adjacency(torch.stack([src, dst]), num_nodes, w, dtype)
 
 
 def propagate_features(x: Tensor, edge_index: Tensor, hops: int = 2, separate: bool = True,
@@ -96,7 +101,7 @@ def propagate_features(x: Tensor, edge_index: Tensor, hops: int = 2, separate: b
     if hops < 1:
         raise GBPNError(f"propagated features need at least one hop, got {hops}")
     n = x.size(0)
-    A = propagation_matrix(edge_index, n, separate)
+    A = propagation_matrix(edge_index, n, separate, x.dtype)
     if x.is_sparse:  # sparse @ sparse keeps bag-of-words features sparse
         A = A.to_sparse_coo()
     out, h = ([x] if separate else []), x
@@ -289,11 +294,11 @@ class GNNEncoder(nn.Module):
         if self.conv == "gat":
             return GraphInput(x, edge_index)
         if self.conv == "sage" or not self.separate:
-            graph = _adjacency(edge_index, x.size(0))
+            graph = _adjacency(edge_index, x.size(0), dtype=x.dtype)
         else:  # GCN without self-loops: normalise once here (D^-1/2 A D^-1/2)
             deg = torch.bincount(edge_index[1], minlength=x.size(0)).float()
             inv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-            graph = _adjacency(edge_index, x.size(0), inv[edge_index[0]] * inv[edge_index[1]])
+            graph = _adjacency(edge_index, x.size(0), inv[edge_index[0]] * inv[edge_index[1]], x.dtype)
         return GraphInput(x, graph)
 
     def _norm(self, h: Tensor, layer: int) -> Tensor:
