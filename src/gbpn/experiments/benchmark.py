@@ -130,6 +130,48 @@ def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], tri
     return "\n".join(lines) + "\n"
 
 
+def _cell(values: List[float]) -> str:
+    v = 100 * np.asarray(values)
+    return f"{v.mean():.1f} ± {v.std(ddof=1) if v.size > 1 else 0.0:.1f}"
+
+
+def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str = "gbpn:auto") -> str:
+    """Markdown: per dataset, the best baseline, every encoder tried by ``auto_model``'s runs (each
+    candidate's test score, recorded beside its validation score; same seeds and splits), ``auto``
+    itself and how often it chose each encoder. Best mean per row in bold. Where the auto runs
+    selected on ROC AUC (binary labels, minority under 30%), a second line gives ROC AUC."""
+    auto = [r for r in rows if r["model"] == auto_model]
+    cands = list(dict.fromkeys(k.split("__")[0] for r in auto for k in r if k.endswith("__test_accuracy")))
+    baselines = [m for m in BASELINE_MODELS if any(r["model"] == m for r in rows)]
+    head = ["dataset", "metric", "best baseline", *[f"GBPN {c}" for c in cands], "GBPN auto", "auto chose"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for ds in datasets:
+        ar = [r for r in auto if r["dataset"] == ds]
+        if not ar:
+            continue
+        for metric in ("accuracy", "roc_auc"):
+            if not all(f"test_{metric}" in r for r in ar):
+                continue
+            cells = {f"GBPN {c}": [r[f"{c}__test_{metric}"] for r in ar] for c in cands}
+            cells["GBPN auto"] = [r[f"test_{metric}"] for r in ar]
+            base = {m: [r[f"test_{metric}"] for r in rows if r["dataset"] == ds and r["model"] == m
+                        and f"test_{metric}" in r] for m in baselines}
+            base = {m: v for m, v in base.items() if v}
+            best_base = max(base, key=lambda m: np.mean(base[m])) if base else None
+            means = {k: float(np.mean(v)) for k, v in cells.items()}
+            if best_base:
+                means["base"] = float(np.mean(base[best_base]))
+            top = max(means.values())
+            bold = lambda key, txt: f"**{txt}**" if means.get(key) == top else txt  # noqa: E731
+            chose = ", ".join(f"{c} {n}" for c, n in sorted(
+                {c: sum(r.get("potential") == c for r in ar) for c in cands}.items(), key=lambda kv: -kv[1]) if n)
+            out = [ds, f"{metric} (n={len(ar)})",
+                   bold("base", f"{best_base} {_cell(base[best_base])}") if best_base else "–",
+                   *[bold(k, _cell(v)) for k, v in cells.items()], chose]
+            lines.append("| " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def run_grid(
     models: Sequence[str],
     datasets: Sequence[str],
@@ -206,6 +248,10 @@ def run_grid(
         w.writerows(rows)
         atomic_write(out / "results.csv", lambda fh: fh.write(buf.getvalue()))
     table = _table(rows, models, datasets, trials)
+    if any(r["model"] == "gbpn:auto" for r in rows):
+        atomic_write(out / "potentials.md", lambda fh: fh.write(
+            "Test score (%), mean ± std; GBPN per encoder = the candidates inside the gbpn:auto runs "
+            "(same seed and split); best per row in bold.\n\n" + potential_table(rows, datasets)))
     total = sum(r["seconds"] for r in rows)
     atomic_write(out / "table.md", lambda fh: fh.write(
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
