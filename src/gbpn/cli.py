@@ -117,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
                    help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
     b.add_argument("--quick", action="store_true", help="2 trials of 100 epochs: a smoke run of a few minutes")
-    b.add_argument("--models", nargs="+", default=None, help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled gat-sampled cluster-gcn)")
+    b.add_argument("--models", nargs="+", default=None,
+                   help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
+                        "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
+                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed or auto")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--trials", type=int, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
