@@ -144,7 +144,7 @@ def test_console_script_runs_as_a_process(tmp_path):
     "features,labels,match",
     [
         ([[1.0], [float("nan")], [0.0]], [0, 1, 0], "NaN"),
-        ([[1.0], [2.0], [0.0]], [0, 1, 9, 0], "length 3"),
+        ([[1.0], [2.0], [0.0]], [1, 0, 9, 0], "length 3"),
         ([[1.0], [2.0], [0.0]], [0, -2, 1], "labels must lie"),
     ],
 )

@@ -23,6 +23,11 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
                         "generated here, no download)")
     p.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA or ~/.cache/gbpn/data)")
     p.add_argument("--sample", type=int, default=0, help="label sample of a synthetic grid, 0..9 (default: 0)")
+    h = p.add_mutually_exclusive_group()
+    h.add_argument("--header", dest="header", action="store_true", default=None,
+                   help="your own folder: the first line of every CSV file is a header")
+    h.add_argument("--no-header", dest="header", action="store_false",
+                   help="your own folder: no CSV file has a header (default: told from the files)")
 
 
 def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None:
@@ -219,7 +224,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     potential = "" if args.potential == "mlp" else f"-{args.potential}"
     output = args.output or f"runs/{name}-{args.variant}{potential}-seed{args.seed}"
     result = run_trials(args.dataset, config, args.trials, args.seed, output, args.data_dir, args.sample,
-                        progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+                        progress=not args.quiet, log=lambda m: print(m, file=sys.stderr), header=args.header)
     s = result["summary"]
     f1 = f", illicit-class F1 {100 * s['test_f1_mean']:.2f} ± {100 * s['test_f1_std']:.2f}" if "test_f1_mean" in s else ""
     if "test_roc_auc_mean" in s:
@@ -236,7 +241,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
     from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample)
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, header=args.header)
     if data.num_features != model.in_channels:
         raise GBPNError(f"the graph has {data.num_features} features per node but the checkpoint expects "
                         f"{model.in_channels}")
@@ -436,7 +441,7 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample)
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, header=args.header)
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")

@@ -11,12 +11,15 @@ the writable cache (``GBPN_CACHE``, default ``~/.cache/gbpn``) first.
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 import shutil
 import stat
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -35,6 +38,7 @@ YANDEX = {"chameleon-filtered": "chameleon_filtered", "squirrel-filtered": "squi
 OGB = ("ogbn-arxiv", "ogbn-products")
 REFERENCE_GRIDS = SYNTHETIC_KINDS
 ALIASES = {"county_facebook": "election", "sexual_interaction": "sexual"}
+log = logging.getLogger(__name__)
 
 
 def data_root(data_dir: Optional[str] = None) -> Path:
@@ -280,19 +284,120 @@ def _reference_grid(kind: str, root: Path, sample: int) -> Data:
 BYO_FILES = ("edges", "features", "labels")
 
 
-def _read_table(path: Path, dtype) -> np.ndarray:
-    if path.suffix == ".npy":
-        return np.load(path, allow_pickle=False).astype(dtype)
+@dataclass
+class _Table:
+    """A bring-your-own file read as numbers. ``first`` says what its first line was: ``"header"``
+    (names, or ``header=True``; not in ``rows``), ``"data"``, ``"positional"`` (the column numbers
+    ``0,1,...,k-1`` that pandas writes as a header, or data that happens to read so; kept in
+    ``rows`` until :func:`_resolve_headers` decides) or ``"none"`` (``.npy``, an empty file)."""
+
+    path: Path
+    first: str
+    rows: np.ndarray
+
+
+def _first_fields(path: Path) -> Tuple[Optional[str], List[str]]:
+    """The delimiter for pandas (``,`` or whitespace) and the fields of the first non-blank line."""
     with open(path) as fh:
-        first = fh.readline()
-    delim = "," if "," in first else None
+        for line in fh:
+            if line.strip():
+                sep = "," if "," in line else r"\s+"
+                return sep, [t.strip().strip('"') for t in (line.split(",") if sep == "," else line.split())]
+    return None, []
+
+
+def _is_number(token: str) -> bool:
     try:
-        [float(t) for t in first.replace(",", " ").split()]
-        skip = 0
+        float(token)
+        return True
     except ValueError:
-        skip = 1  # a header line
-    arr = np.loadtxt(path, delimiter=delim, skiprows=skip, dtype=np.float64, ndmin=2)
-    return arr.astype(dtype)
+        return False
+
+
+def _first_non_number(path: Path, sep: str, skip: int) -> str:
+    """Where the first field that is not a number sits (only called once a parse has failed)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=str, keep_default_na=False)
+    bad = frame.apply(lambda col: pd.to_numeric(col, errors="coerce").isna() & (col.str.strip() != ""))
+    r, c = np.argwhere(bad.to_numpy())[0]
+    return f"line {int(r) + 1 + skip}, column {int(c) + 1}: {frame.iat[r, c]!r} is not a number"
+
+
+def _read_table(path: Path, header: Optional[bool]) -> _Table:
+    """Read one CSV/TSV/TXT file (pandas, explicit options) or ``.npy`` array as a float64 matrix."""
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise GBPNError(f"{path} is not a readable .npy array ({err}); write it with numpy.save") from None
+        if arr.ndim not in (1, 2) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise GBPNError(f"{path} must be a 1-D or 2-D numeric array, got {arr.dtype} of shape {arr.shape}")
+        return _Table(path, "none", arr.astype(np.float64).reshape(-1, 1) if arr.ndim == 1 else arr.astype(np.float64))
+    sep, fields = _first_fields(path)
+    if sep is None:
+        return _Table(path, "none", np.zeros((0, 0)))
+    numeric = [_is_number(t) for t in fields]
+    if header is not None:
+        first = "header" if header else "data"
+    elif all(numeric):
+        first = "positional" if fields == [str(k) for k in range(len(fields))] else "data"
+    elif not any(numeric):
+        first = "header"
+    else:
+        raise GBPNError(f"the first line of {path} mixes numbers and text ({', '.join(fields)}): a header holds "
+                        "only names and a data row only numbers; fix the line, or pass --header or --no-header")
+    import pandas as pd
+
+    skip = int(first == "header")
+    try:
+        rows = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=np.float64).to_numpy()
+    except pd.errors.EmptyDataError:  # only a header line
+        rows = np.zeros((0, len(fields)))
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise GBPNError(f"could not parse {path}: {err}") from None
+    except ValueError:
+        raise GBPNError(f"{path} {_first_non_number(path, sep, skip)}"
+                        + ("; pass --header if the first line is a header" if header is False else "")) from None
+    return _Table(path, first, rows)
+
+
+def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
+    """Each table's data rows. A first line ``0,1,...`` (``positional``) is a header or data,
+    whichever makes the features and labels have equal row counts and every node id in the
+    edges lie below the number of nodes; the edges file follows the features file (both written
+    the same way). When both readings fit, ask for ``--header`` / ``--no-header``."""
+    unknown = [s for s in ("features", "labels") if s in tables and tables[s].first == "positional"]
+    fits = []
+    for choice in itertools.product([False, True], repeat=len(unknown)):
+        drop = dict(zip(unknown, choice))
+        drop["edges"] = tables["edges"].first == "positional" and drop.get("features", False)
+        rows = {s: t.rows[1:] if drop.get(s) else t.rows for s, t in tables.items()}
+        n, e = len(rows["features"]), rows["edges"]
+        if ("labels" not in rows or len(rows["labels"]) == n) and not (e.size and np.nanmax(e) >= n):
+            fits.append((rows, [s for s in drop if drop[s]]))
+    edges = tables["edges"]
+    if edges.first == "positional" and tables["features"].first == "header" and len(edges.rows):
+        # features written with a header, edges starting with "0,1": a header only if that edge recurs
+        rest = edges.rows[1:]
+        if not ((rest == edges.rows[0]).all(1) | (rest == edges.rows[0, ::-1]).all(1)).any():
+            raise GBPNError(f"cannot tell whether the first line of {edges.path} (0,1) is a header (as pandas "
+                            "writes it) or the edge 0-1; pass --header or --no-header")
+    if not fits:  # the graph check names what is wrong
+        return {s: t.rows for s, t in tables.items()}
+    if len(fits) == 1:
+        rows, dropped = fits[0]
+        if dropped:
+            log.warning("read the first line of %s as a header (only then do the row counts and node ids agree); "
+                        "pass --header to say so", ", ".join(str(tables[s].path) for s in dropped))
+        return rows
+    lines = ", ".join(f"{s}: {len(tables[s].rows)} lines" for s in ("features", "labels") if s in tables)
+    if tables["edges"].rows.size:
+        lines += f", largest node id in edges: {int(np.nanmax(tables['edges'].rows))}"
+    raise GBPNError(
+        f"cannot tell whether the first line of {' and '.join(tables[s].path.name for s in unknown)} (the column "
+        f"numbers 0,1,... that pandas writes as a header) is a header or data: both readings fit ({lines}); "
+        "pass --header or --no-header")
 
 
 def _find(folder: Path, stem: str) -> Optional[Path]:
@@ -302,14 +407,22 @@ def _find(folder: Path, stem: str) -> Optional[Path]:
     return None
 
 
-def load_byo(folder: str | Path) -> Data:
+def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     """Load your own graph from a folder holding, in CSV (optional header) or ``.npy``:
 
     * ``edges.csv``: two integer columns ``source,target`` (0-based node ids; either
       direction or both; duplicates and self-loops are cleaned away);
     * ``features.csv``: one row per node, one column per feature;
     * ``labels.csv`` (optional): one integer per node, ``0..c-1``, or ``-1`` if unknown;
-    * ``class_names.txt`` (optional): one class name per line.
+    * ``class_names.txt`` (optional): one class name per line; labels must then lie in
+      ``0..len(names)-1``.
+
+    ``header``: ``True`` if the first line of every CSV file is a header, ``False`` if none
+    is, ``None`` (default) to tell: a first line of names is a header, one of numbers is data,
+    except the column numbers ``0,1,...,k-1`` (what pandas writes as a header by default),
+    decided by the row counts of features and labels and the largest node id in the
+    edges (an edges file follows the features file); if that does not decide, an error asks
+    for ``header``.
     """
     folder = Path(folder)
     paths: Dict[str, Optional[Path]] = {stem: _find(folder, stem) for stem in BYO_FILES}
@@ -318,18 +431,20 @@ def load_byo(folder: str | Path) -> Data:
         raise DatasetNotFoundError(
             f"{folder} is not a graph folder: it lacks {', '.join(m + '.csv (or .npy)' for m in missing)}"
         )
-    try:
-        x = _read_table(paths["features"], np.float32)
-        edges = _read_table(paths["edges"], np.float64)
-        y = _read_table(paths["labels"], np.float64).reshape(-1) if paths["labels"] else None
-    except ValueError as err:
-        raise GBPNError(f"could not parse the files in {folder}: {err}") from None
-    if edges.size and (edges.shape[1] != 2 or not np.all(edges == np.round(edges))):
+    rows = _resolve_headers({stem: _read_table(p, header) for stem, p in paths.items() if p is not None})
+    x, edges = rows["features"], rows["edges"]
+    if not edges.size:
+        log.warning("%s holds no edges: every node is isolated and its belief is its own evidence", paths["edges"])
+        edges = np.zeros((0, 2))
+    elif edges.shape[1] != 2 or not np.all(edges == np.round(edges)):
         raise GBPNError(f"{paths['edges']} must have two integer columns (source, target), got shape {edges.shape}")
-    edges = edges.reshape(-1, 2).astype(np.int64)
-    data = Data(x=torch.from_numpy(x), edge_index=torch.from_numpy(edges.T.copy()))
+    data = Data(x=torch.from_numpy(x.astype(np.float32)), edge_index=torch.from_numpy(edges.T.astype(np.int64)))
     data.num_nodes = x.shape[0]
-    if y is not None:
+    if "labels" in rows:
+        y = rows["labels"]
+        if y.ndim == 2 and y.shape[1] > 1:
+            raise GBPNError(f"{paths['labels']} must have one column (a class id per node), got {y.shape[1]}")
+        y = y.reshape(-1)
         if not np.all(y == np.round(y)):
             raise GBPNError(f"{paths['labels']} must hold integer class ids (or -1 for unknown)")
         data.y = torch.from_numpy(y.astype(np.int64))
@@ -338,7 +453,16 @@ def load_byo(folder: str | Path) -> Data:
     names = folder / "class_names.txt"
     if names.is_file():
         data.class_names = [s.strip() for s in names.read_text().splitlines() if s.strip()]
-        data.num_classes = max(int(getattr(data, "num_classes", 0)), len(data.class_names))
+        top = int(getattr(data, "num_classes", 0))
+        if top > len(data.class_names):
+            raise GBPNError(f"{paths['labels']} has label {top - 1} but {names} names {len(data.class_names)} "
+                            f"classes (0..{len(data.class_names) - 1}); fix the labels or add the missing names")
+        data.num_classes = len(data.class_names)
+    if "labels" in rows:
+        empty = np.setdiff1d(np.arange(data.num_classes), known).tolist()
+        if empty:
+            log.warning("no node of %s has class %s: the model learns such a class from no example",
+                        paths["labels"], ", ".join(map(str, empty)))
     return data
 
 
@@ -347,6 +471,7 @@ def load_dataset(
     data_dir: Optional[str] = None,
     sample: int = 0,
     seed: int = 0,
+    header: Optional[bool] = None,
 ) -> Data:
     """Load a dataset by name (see :func:`available_datasets`) or a bring-your-own folder path.
 
@@ -355,6 +480,7 @@ def load_dataset(
         data_dir: where raw files live (default: ``$GBPN_DATA`` or ``~/.cache/gbpn/data``).
         sample: which label sample of a synthetic grid (0..9).
         seed: seed of the MRF sampler for generated ``synth-*`` grids (fixed per data set, not per trial).
+        header: whether the CSV files of a bring-your-own folder start with a header (see :func:`load_byo`).
     """
     key = ALIASES.get(name.lower(), name.lower())
     root = data_root(data_dir)
@@ -379,7 +505,7 @@ def load_dataset(
     elif key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS:
         data = make_synthetic(key[6:], sample=sample, seed=seed)
     elif Path(name).expanduser().is_dir():
-        data = load_byo(Path(name).expanduser())
+        data = load_byo(Path(name).expanduser(), header)
         key = Path(name).name
     else:
         raise GBPNError(

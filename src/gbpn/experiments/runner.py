@@ -46,17 +46,19 @@ def run_trials(
     sample: int = 0,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    header: Optional[bool] = None,
 ) -> Dict:
     """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split, or
     the data set's public splits where it has them, see :func:`gbpn.data.splits.trial_split`).
 
     Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
-    ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std).
+    ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std). ``header`` is passed to
+    :func:`~gbpn.data.load_dataset` for a bring-your-own folder.
     """
     config.validate()
     if trials < 1:
         raise GBPNError(f"trials must be at least 1, got {trials}")
-    data = load_dataset(dataset, data_dir, sample=sample)
+    data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if int((data.y >= 0).sum()) < 3:
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
     out = Path(output)

@@ -1,0 +1,158 @@
+"""The bring-your-own reader: headers are never taken for data nor data for headers (issue 12, item 1)."""
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gbpn.cli import main
+from gbpn.data import load_byo, load_dataset
+from gbpn.errors import GBPNError
+
+
+def _graph(n=6):
+    rng = np.random.default_rng(0)
+    edges = np.array([[1, 2], [2, 3], [3, 4], [4, 5], [5, 1]])
+    return rng.random((n, 4)), edges, np.array([0, 1, 2, 0, 1, 2])
+
+
+def _write_pandas(folder, x, edges, y):
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(x).to_csv(folder / "features.csv", index=False)  # header "0,1,2,3"
+    pd.DataFrame(edges).to_csv(folder / "edges.csv", index=False)  # header "0,1"
+    if y is not None:
+        pd.Series(y).to_csv(folder / "labels.csv", index=False)  # header "0"
+
+
+def test_pandas_default_headers_are_not_read_as_a_node(tmp_path):
+    x, edges, y = _graph()
+    _write_pandas(tmp_path / "g", x, edges, y)
+    # 0,1,2,3 / 0 / 0,1 could be headers or data: the counts agree either way, so ask
+    with pytest.raises(GBPNError, match="pass --header or --no-header"):
+        load_dataset(str(tmp_path / "g"))
+    d = load_byo(tmp_path / "g", header=True)
+    assert d.num_nodes == 6 and np.allclose(d.x.numpy(), x) and d.y.tolist() == y.tolist()
+    assert d.edge_index.T.tolist() == edges.tolist()
+
+
+def test_pandas_features_resolved_by_the_label_count(tmp_path, caplog):
+    x, edges, y = _graph()
+    _write_pandas(tmp_path / "g", x, edges, None)
+    np.savetxt(tmp_path / "g" / "labels.csv", y, fmt="%d")  # no header: 6 lines, features 7
+    d = load_byo(tmp_path / "g")
+    assert d.num_nodes == 6 and d.edge_index.T.tolist() == edges.tolist() and d.y.tolist() == y.tolist()
+    assert "features.csv, " in caplog.text and "edges.csv as a header" in caplog.text  # said, not silent
+
+
+def test_a_numeric_first_row_of_data_is_kept(tmp_path):
+    x, edges, y = _graph()
+    (tmp_path / "g").mkdir()
+    np.savetxt(tmp_path / "g" / "features.csv", x, delimiter=",")
+    np.savetxt(tmp_path / "g" / "edges.csv", np.array([[0, 1], *edges]), fmt="%d", delimiter=",")
+    np.savetxt(tmp_path / "g" / "labels.csv", y, fmt="%d")
+    d = load_byo(tmp_path / "g")
+    assert d.num_nodes == 6 and d.edge_index.size(1) == 6 and d.y[0] == 0
+
+
+def test_a_missing_value_in_the_first_row_is_not_a_header(tmp_path):
+    x, edges, y = _graph()
+    (tmp_path / "g").mkdir()
+    lines = ["NA," + ",".join(map(str, x[0, 1:]))] + [",".join(map(str, r)) for r in x[1:]]
+    (tmp_path / "g" / "features.csv").write_text("\n".join(lines) + "\n")
+    np.savetxt(tmp_path / "g" / "edges.csv", edges, fmt="%d", delimiter=",")
+    with pytest.raises(GBPNError, match="mixes numbers and text"):
+        load_byo(tmp_path / "g")
+    # said to be data, NA is a missing value the graph check names
+    with pytest.raises(GBPNError, match="NaN"):
+        load_dataset(str(tmp_path / "g"), header=False)
+
+
+def test_a_text_row_in_the_middle_names_its_line(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "features.csv").write_text("a,b\n1,2\n3,oops\n")
+    (tmp_path / "g" / "edges.csv").write_text("0,1\n")
+    with pytest.raises(GBPNError, match=r"line 3, column 2: 'oops' is not a number"):
+        load_byo(tmp_path / "g")
+
+
+def test_empty_edges_file_is_a_graph_without_edges(tmp_path, caplog):
+    x, _, y = _graph()
+    (tmp_path / "g").mkdir()
+    np.savetxt(tmp_path / "g" / "features.csv", x, delimiter=",")
+    (tmp_path / "g" / "edges.csv").write_bytes(b"")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "empty input file" warning used to leak out
+        d = load_dataset(str(tmp_path / "g"))
+    assert d.num_nodes == 6 and d.edge_index.shape == (2, 0)
+    assert "holds no edges" in caplog.text
+
+
+def test_cli_asks_for_header_and_writes_nothing(tmp_path, capsys):
+    x, edges, y = _graph()
+    _write_pandas(tmp_path / "g", x, edges, y)
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", str(tmp_path / "g"), "--epochs", "1", "--hidden", "4",
+                 "--output", str(out), "--quiet"]) == 2
+    assert "pass --header or --no-header" in capsys.readouterr().err and not out.exists()
+    assert main(["train", "--dataset", str(tmp_path / "g"), "--header", "--epochs", "1", "--hidden", "4",
+                 "--output", str(out), "--quiet"]) == 0
+    import json
+
+    assert json.loads((out / "config.json").read_text())["graph"]["num_nodes"] == 6
+
+
+WRITERS = ("numpy", "numpy-named", "pandas", "pandas-named")
+
+
+def _write(folder, writer, x, edges, y):
+    folder.mkdir(parents=True, exist_ok=True)
+    if writer.startswith("pandas"):
+        named = writer.endswith("named")
+        pd.DataFrame(x, columns=[f"f{k}" for k in range(x.shape[1])] if named else None).to_csv(
+            folder / "features.csv", index=False)
+        pd.DataFrame(edges, columns=["source", "target"] if named else None).to_csv(folder / "edges.csv", index=False)
+        if y is not None:
+            pd.Series(y, name="label" if named else None).to_csv(folder / "labels.csv", index=False)
+    else:
+        named = writer == "numpy-named"
+        kw = dict(delimiter=",", comments="")
+        np.savetxt(folder / "features.csv", x, fmt="%d" if x.dtype.kind == "i" else "%.18e", header=",".join(f"f{k}" for k in range(x.shape[1])) if named else "", **kw)
+        np.savetxt(folder / "edges.csv", edges, fmt="%d", header="source,target" if named else "", **kw)
+        if y is not None:
+            np.savetxt(folder / "labels.csv", y, fmt="%d", header="label" if named else "", **kw)
+
+
+@st.composite
+def _graphs(draw):
+    n = draw(st.integers(2, 7))
+    f = draw(st.integers(1, 3))
+    # integer features too: a first row 0,1,... then reads exactly like pandas's header
+    value = st.integers(0, 3) if draw(st.booleans()) else st.floats(-1e3, 1e3, allow_subnormal=False)
+    x = np.array(draw(st.lists(st.lists(value, min_size=f, max_size=f), min_size=n, max_size=n)))
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    edges = np.array(draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=10)), dtype=np.int64)
+    y = draw(st.none() | st.lists(st.integers(-1, 2), min_size=n, max_size=n).map(np.array))
+    return x, edges, y
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(graph=_graphs(), writer=st.sampled_from(WRITERS), told=st.booleans())
+def test_byo_roundtrip_property(tmp_path_factory, graph, writer, told):
+    """Any small graph written by numpy or pandas, with or without a header, reads back exactly as
+    written or is rejected with a GBPNError; told whether there is a header, it always reads back."""
+    x, edges, y = graph
+    folder = tmp_path_factory.mktemp("g")
+    _write(folder, writer, x, edges, y)
+    has_header = writer != "numpy"
+    try:
+        d = load_byo(folder, header=has_header if told else None)
+    except GBPNError:
+        assert not told, "an explicit --header/--no-header must always read the folder"
+        return
+    assert d.num_nodes == len(x)
+    np.testing.assert_array_equal(d.x.numpy(), x.astype(np.float32))
+    assert d.edge_index.T.tolist() == edges.tolist()
+    if y is not None:
+        assert d.y.tolist() == y.tolist()
