@@ -5,7 +5,7 @@ BP layer in :mod:`gbpn.nn.bp` only composes them.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -48,26 +48,60 @@ class _NormalizedMessage(torch.autograd.Function):
 
     Normalising in the linear domain (``P / sum P``) replaces a second log-sum-exp, and the
     backward needs 2 products and a few element-wise passes over ``[E, c]`` instead of the
-    dozen autograd would record. Saves ``exp(v - shift)`` and ``P``: O(E c) memory.
+    dozen autograd would record. Saves ``e = exp(v - shift)``, ``P = e H`` and ``Z = sum P``:
+    O(E c) memory.
+
+    ``e``, ``P`` and ``Z`` are returned as extra outputs so that the backward, written in
+    differentiable operations on them, is itself differentiated exactly: a double backward
+    (Hessian-vector products, ``torch.func``) sends their gradients back into this same
+    function, which folds them in by the chain rule (``de/dv = e``, ``dP = de H + e dH``,
+    ``dZ = sum dP``). The shifts are constants of the value and of every derivative. Forward
+    mode (:meth:`jvp`) is exact as well, and ``torch.func.vmap`` batches it (``hessian``).
     """
 
+    generate_vmap_rule = True
+
     @staticmethod
-    def forward(ctx, v: Tensor, log_H: Tensor) -> Tensor:
+    def forward(v: Tensor, log_H: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         e = torch.exp(v - v.amax(dim=-1, keepdim=True))
         H = torch.exp(log_H - log_H.amax())
         P = (e @ H).clamp_min_(torch.finfo(v.dtype).tiny)
         Z = P.sum(dim=-1, keepdim=True)
-        ctx.save_for_backward(e, P, Z, H)
-        return torch.log(P / Z)
+        return torch.log(P / Z), e, P, Z
 
     @staticmethod
-    def backward(ctx, g: Tensor):
-        e, P, Z, H = ctx.saved_tensors
-        # out = log P - log Z  =>  dP = g / P - sum(g) / Z
-        gP = g / P - g.sum(dim=-1, keepdim=True) / Z
-        gv = (gP @ H.T) * e if ctx.needs_input_grad[0] else None
-        gH = (e.T @ gP) * H if ctx.needs_input_grad[1] else None  # d/dlogH of exp(logH - const)
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(inputs[1], *output[1:])
+        ctx.save_for_forward(inputs[1], *output[1:])
+        ctx.set_materialize_grads(False)  # the extra outputs get no gradient in a first-order backward
+
+    @staticmethod
+    def jvp(ctx, dv: Optional[Tensor], dlog_H: Optional[Tensor]):
+        """Forward mode (``torch.func.jvp``, ``jacfwd``, ``hessian``): the tangents of all four outputs."""
+        log_H, e, P, Z = ctx.saved_tensors
+        H = torch.exp(log_H - log_H.amax())
+        de = torch.zeros_like(e) if dv is None else e * dv
+        dP = de @ H if dlog_H is None else de @ H + e @ (H * dlog_H)
+        dZ = dP.sum(dim=-1, keepdim=True)
+        return dP / P - dZ / Z, de, dP, dZ
+
+    @staticmethod
+    def backward(ctx, g: Optional[Tensor], g_e: Optional[Tensor], g_P: Optional[Tensor], g_Z: Optional[Tensor]):
+        log_H, e, P, Z = ctx.saved_tensors
+        H = torch.exp(log_H - log_H.detach().amax())
+        gP = g_P
+        if g is not None:  # out = log P - log Z  =>  dP = g / P - sum(g) / Z
+            gP = _add(gP, g / P - g.sum(dim=-1, keepdim=True) / Z)
+        if g_Z is not None:
+            gP = _add(gP, g_Z.expand_as(P))
+        ge = g_e if gP is None else _add(g_e, gP @ H.T)
+        gv = ge * e if ctx.needs_input_grad[0] and ge is not None else None
+        gH = (e.T @ gP) * H if ctx.needs_input_grad[1] and gP is not None else None  # d/dlogH of exp(logH - const)
         return gv, gH
+
+
+def _add(a: Optional[Tensor], b: Tensor) -> Tensor:
+    return b if a is None else a + b
 
 
 def normalized_message(v: Tensor, log_H: Tensor) -> Tensor:
@@ -78,7 +112,7 @@ def normalized_message(v: Tensor, log_H: Tensor) -> Tensor:
     Shapes:
         v: ``[E, c]``, log_H: ``[c, c]`` -> ``[E, c]``
     """
-    return _NormalizedMessage.apply(v, log_H)
+    return _NormalizedMessage.apply(v, log_H)[0]
 
 
 def linear_message(belief: Tensor, msg: Tensor, src: Tensor, rev: Optional[Tensor], H: Tensor) -> Tensor:
