@@ -17,6 +17,22 @@ from gbpn.errors import GBPNError
 DEFAULT_DATASET = "synth-ising+"
 
 
+def _count(low: int):
+    """An argparse type: a whole number >= ``low`` (a clear usage error, before anything runs)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+    return parse
+
+
+POSITIVE, NON_NEGATIVE = _count(1), _count(0)
+
+
 def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default=DEFAULT_DATASET,
                    help=f"dataset name or a folder with edges.csv/features.csv[/labels.csv] (default: {DEFAULT_DATASET}, "
@@ -34,10 +50,10 @@ def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> Non
     """Options of the analyses that train models themselves."""
     p.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn")
     p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs per model (default: {epochs})")
-    p.add_argument("--trials", type=int, default=trials, help=f"seeded trials (default: {trials})")
+    p.add_argument("--trials", type=POSITIVE, default=trials, help=f"seeded trials (default: {trials})")
     p.add_argument("--batch-size", type=int, default=256, help="target nodes per mini-batch (default: 256)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads")
 
 
 def _add_potential_args(p: argparse.ArgumentParser) -> None:
@@ -94,12 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mini-batch: how tree neighbours are drawn; exp3 learns importance-sampling "
                         "distributions online (paper appendix B) (default: uniform)")
     t.add_argument("--exp3-gamma", type=float, default=0.05, help="share of uniform exploration in exp3 (default: 0.05)")
-    t.add_argument("--edge-chunk", type=int, default=None,
+    t.add_argument("--edge-chunk", type=POSITIVE, default=None,
                    help="evaluate BP this many edges at a time (bounded memory on large graphs)")
     t.add_argument("--class-weight", action="store_true", help="weight the loss by inverse class frequency")
-    t.add_argument("--trials", type=int, default=1, help="trials, each with its own seed and split (default: 1)")
+    t.add_argument("--trials", type=POSITIVE, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
-    t.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    t.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads (default: torch's choice)")
     t.add_argument("--output", default=None, help="run folder (default: runs/<dataset>-<variant>-seed<seed>)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -109,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto",
                    help="evidence to clamp: none (inductive), train (the checkpoint's training split), labeled "
                         "(every node with a label >= 0, e.g. your own labels.csv); auto: train for gbpn, none for gbpn-i")
-    p.add_argument("--steps", "-K", dest="num_steps", type=int, default=None, help="BP steps (default: as trained)")
-    p.add_argument("--node-chunk", type=int, default=None, help="self-potentials this many nodes at a time")
-    p.add_argument("--edge-chunk", type=int, default=None, help="BP messages this many edges (pairs) at a time")
+    p.add_argument("--steps", "-K", dest="num_steps", type=NON_NEGATIVE, default=None,
+                   help="BP steps (default: as trained)")
+    p.add_argument("--node-chunk", type=POSITIVE, default=None, help="self-potentials this many nodes at a time")
+    p.add_argument("--edge-chunk", type=POSITIVE, default=None, help="BP messages this many edges (pairs) at a time")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
@@ -127,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
                         "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed or auto")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
-    b.add_argument("--trials", type=int, default=10, help="free grid: trials per cell (default: 10)")
+    b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
     b.add_argument("--patience", type=int, default=None,
                    help="free grid: stop a run after this many epochs without a better validation accuracy")
@@ -136,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
                         "baselines with this many target nodes per batch")
     b.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA)")
-    b.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    b.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads")
     b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--table-only", action="store_true", help="rebuild results.csv and table.md from finished runs")
@@ -159,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--checkpoint", required=True)
     _add_data_args(conv)
     conv.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
-    conv.add_argument("--steps", type=int, default=20, help="BP steps T to run (default: 20)")
+    conv.add_argument("--steps", type=POSITIVE, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
     ad = asub.add_parser("degree", help="with --checkpoint: confidence, accuracy and log-likelihood against node "
@@ -192,10 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("explain", help="why one node got its prediction: own evidence and each neighbour's message")
     e.add_argument("--checkpoint", required=True)
-    e.add_argument("--node", type=int, required=True, help="node id (0-based)")
+    e.add_argument("--node", type=NON_NEGATIVE, required=True, help="node id (0-based)")
     _add_data_args(e)
     e.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
-    e.add_argument("--top", type=int, default=10, help="neighbours to list (default: 10)")
+    e.add_argument("--top", type=POSITIVE, default=10, help="neighbours to list (default: 10)")
     e.add_argument("--json", default=None, help="also write the full explanation as JSON here")
 
     c = sub.add_parser("coupling", help="print the learned coupling H and save it as a heatmap")
@@ -266,9 +283,6 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
     model.to(resolve_device(args.device))
-    for opt in ("node_chunk", "edge_chunk"):
-        if getattr(args, opt) is not None and getattr(args, opt) < 1:
-            raise GBPNError(f"--{opt.replace('_', '-')} must be positive")
     probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
                     message_dtype=torch.bfloat16 if args.half_messages else None).exp().cpu().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]

@@ -1,6 +1,7 @@
 """Hyper-parameters of a GBPN training run, their checks and the device they run on."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Dict, Optional
 
@@ -61,6 +62,26 @@ class TrainConfig:
     # for binary labels with a minority class under 30%, accuracy otherwise
 
     def validate(self) -> None:
+        """Raise :class:`GBPNError` naming the first option out of its range (NaN included)."""
+        def positive(name: str, value, allow_none: bool = False) -> None:
+            if not (value is None and allow_none) and not (isinstance(value, (int, float)) and value > 0
+                                                           and math.isfinite(value)):
+                raise GBPNError(f"{name} must be a positive number, got {value}")
+
+        for name in ("lr", "coupling_lr"):
+            positive(name, getattr(self, name), allow_none=name == "coupling_lr")
+        for name in ("num_hidden", "edge_chunk", "fanout", "num_hops"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < (0 if name == "num_hidden" else 1)):
+                raise GBPNError(f"{name} must be a {'non-negative' if name == 'num_hidden' else 'positive'} "
+                                f"whole number, got {value}")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
+            raise GBPNError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if not 0 <= self.damping < 1:
+            raise GBPNError(f"damping must be in [0, 1), got {self.damping}")
+        if not (0 < self.train_frac < 1 and 0 <= self.val_frac < 1 and self.train_frac + self.val_frac < 1):
+            raise GBPNError(f"train_frac and val_frac must be fractions that leave test nodes, got "
+                            f"{self.train_frac} and {self.val_frac}")
         if self.variant not in VARIANTS:
             raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
         if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:

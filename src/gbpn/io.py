@@ -28,8 +28,11 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
     A crash leaves either the old file or the new one, never half of one.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:  # a read-only folder, a file where a folder should be, a full disk
+        raise GBPNError(f"cannot write {path}: {err.strerror or err}; choose another output path") from None
     try:
         with os.fdopen(fd, mode) as fh:
             write(fh)
@@ -37,8 +40,10 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise GBPNError(f"cannot write {path}: {err.strerror or err}; choose another output path") from None
         raise
 
 
@@ -69,8 +74,13 @@ def save_figure(fig: Any, stem: str | Path, formats: Sequence[str] = ("png", "sv
 
 
 def read_json(path: str | Path) -> Any:
-    with open(path) as fh:
-        return json.load(fh)
+    """The JSON in ``path``; a :class:`GBPNError` naming the file when it is unreadable or not JSON."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise GBPNError(f"{path} is unreadable or not valid JSON ({err}); delete it (finished results in its "
+                        "folder are then run again) or choose another output folder") from None
 
 
 def versions() -> Dict[str, str]:
@@ -121,6 +131,14 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         model.load_state_dict(state)
     except Exception as err:
         raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {err})") from None
+    bad = [k for k, v in payload["state_dict"].items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise GBPNError(f"checkpoint {path} has NaN or infinite weights ({', '.join(bad[:3])}): it cannot "
+                        "predict anything; train again (a smaller --lr often helps)")
+    names = payload.get("class_names")
+    if names and len(names) != model.num_classes:
+        raise GBPNError(f"checkpoint {path} names {len(names)} classes but its model has {model.num_classes}; "
+                        "train it again with matching labels and class names")
     model.eval()
     meta = {k: v for k, v in payload.items() if k != "state_dict"}
     return model, meta

@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -133,7 +134,12 @@ def _yandex(key: str, root: Path) -> Data:
     folder = root / "yandex_npz"
     fname = YANDEX[key] + ".npz"
     _require(folder, [fname], key)
-    z = np.load(folder / fname)
+    try:
+        with np.load(folder / fname) as z:
+            z = {k: z[k] for k in ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")}
+    except (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile) as err:
+        raise GBPNError(f"could not read {folder / fname} ({type(err).__name__}: {err}); the file is damaged "
+                        "or cut short: download it again") from None
     data = Data(x=torch.from_numpy(z["node_features"]).float(), y=torch.from_numpy(z["node_labels"]).long(),
                 edge_index=torch.from_numpy(z["edges"].T.astype(np.int64)))
     data.num_classes = int(z["node_labels"].max()) + 1
@@ -200,7 +206,8 @@ def _elliptic(root: Path) -> Data:
     (txId1,txId2). Label 1 = illicit, 0 = licit, -1 = unknown (never trained on or scored)."""
     folder = next((root / d for d in ("elliptic", "elliptic_bitcoin_dataset") if (root / d).is_dir()), root / "elliptic")
     _require(folder, ELLIPTIC_FILES, "elliptic")
-    feats = np.loadtxt(folder / ELLIPTIC_FILES[0], delimiter=",", dtype=np.float64, ndmin=2)
+    feats = _finite(_loadtxt(folder / ELLIPTIC_FILES[0], delimiter=",", dtype=np.float64, ndmin=2),
+                    folder / ELLIPTIC_FILES[0], 0)
     tx = feats[:, 0].astype(np.int64)
     order = np.argsort(tx)
 
@@ -212,11 +219,11 @@ def _elliptic(root: Path) -> Data:
             raise GBPNError(f"{what} names transaction {int(ids[missing][0])} that has no features")
         return order[pos]
 
-    classes = np.loadtxt(folder / ELLIPTIC_FILES[1], delimiter=",", skiprows=1, dtype=str, ndmin=2)
+    classes = _loadtxt(folder / ELLIPTIC_FILES[1], delimiter=",", skiprows=1, dtype=str, ndmin=2)
     known = np.isin(classes[:, 1], ["1", "2"]) & np.isin(classes[:, 0].astype(np.int64), tx)  # ids without features are skipped
     y = np.full(len(tx), -1, dtype=np.int64)
     y[rows_of(classes[known, 0].astype(np.int64), folder / ELLIPTIC_FILES[1])] = (classes[known, 1] == "1").astype(np.int64)
-    edges = np.loadtxt(folder / ELLIPTIC_FILES[2], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+    edges = _loadtxt(folder / ELLIPTIC_FILES[2], delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
     ei = rows_of(edges.T.reshape(-1), folder / ELLIPTIC_FILES[2]).reshape(2, -1)
     x = feats[:, 1:]
     x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0)
@@ -236,11 +243,31 @@ def _require(folder: Path, files: Sequence[str], name: str) -> None:
         )
 
 
+def _loadtxt(path: Path, **kwargs) -> np.ndarray:
+    """``np.loadtxt`` of a raw data file; a :class:`GBPNError` naming the file when it is cut short or damaged."""
+    try:
+        return np.loadtxt(path, **kwargs)
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        raise GBPNError(f"could not read {path} ({err}); the file is damaged or cut short: "
+                        "download the data set again") from None
+
+
+def _finite(arr: np.ndarray, path: Path, header_lines: int) -> np.ndarray:
+    """``arr`` if every value is finite, else a :class:`GBPNError` naming the lines of ``path`` to fix
+    (checked on the raw values, before a standardisation spreads a NaN over a whole column)."""
+    bad = ~np.isfinite(arr).reshape(len(arr), -1).all(1)
+    if bad.any():
+        lines = (np.flatnonzero(bad)[:5] + 1 + header_lines).tolist()
+        raise GBPNError(f"{path} has missing or non-finite values on line(s) {lines}"
+                        f"{' and more' if bad.sum() > 5 else ''}; fix or remove those rows")
+    return arr
+
+
 def _election(root: Path) -> Data:
     folder = root / "gbpn" / "county_facebook"
     _require(folder, ["adj.csv", "dat.csv"], "election")
-    dat = np.loadtxt(folder / "dat.csv", delimiter=",", skiprows=1)
-    edges = np.loadtxt(folder / "adj.csv", delimiter=",", skiprows=1, dtype=np.int64)
+    dat = _finite(_loadtxt(folder / "dat.csv", delimiter=",", skiprows=1, ndmin=2), folder / "dat.csv", 1)
+    edges = _loadtxt(folder / "adj.csv", delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
     x = dat[:, :9]
     x = (x - x.mean(0)) / x.std(0)
     y = (dat[:, 9] > dat[:, 10]).astype(np.int64)  # 1 = DEM won the county
@@ -253,8 +280,8 @@ def _election(root: Path) -> Data:
 def _sexual(root: Path) -> Data:
     folder = root / "gbpn" / "sexual_interaction"
     _require(folder, ["adj.csv", "dat.csv"], "sexual")
-    dat = np.loadtxt(folder / "dat.csv", delimiter=",")
-    edges = np.loadtxt(folder / "adj.csv", delimiter=",", dtype=np.int64)
+    dat = _finite(_loadtxt(folder / "dat.csv", delimiter=",", ndmin=2), folder / "dat.csv", 0)
+    edges = _loadtxt(folder / "adj.csv", delimiter=",", dtype=np.int64, ndmin=2)
     data = Data(
         x=torch.tensor(dat[:, 1:21], dtype=torch.float32),
         y=torch.tensor(dat[:, 0], dtype=torch.long),
@@ -268,9 +295,9 @@ def _sexual(root: Path) -> Data:
 def _reference_grid(kind: str, root: Path, sample: int) -> Data:
     folder = root / "gbpn" / kind
     _require(folder, ["adj", "coord", "label"], kind)
-    edges = np.loadtxt(folder / "adj", dtype=np.int64) - 1  # the files count from 1
-    coords = np.loadtxt(folder / "coord")
-    labels = np.loadtxt(folder / "label", dtype=np.int64)
+    edges = _loadtxt(folder / "adj", dtype=np.int64, ndmin=2) - 1  # the files count from 1
+    coords = _loadtxt(folder / "coord", ndmin=2)
+    labels = _loadtxt(folder / "label", dtype=np.int64, ndmin=2)
     if not 0 <= sample < labels.shape[1]:
         raise GBPNError(f"{kind} has {labels.shape[1]} label samples; --sample must be in 0..{labels.shape[1] - 1}")
     y = labels[:, sample]

@@ -36,6 +36,17 @@ def _summary(trials: list) -> Dict[str, float]:
     return out
 
 
+def _finished_trials(path: Path) -> list:
+    """The per-trial rows of an earlier ``metrics.json``, checked enough to resume from."""
+    record = read_json(path)
+    trials = record.get("trials") if isinstance(record, dict) else None
+    if not isinstance(trials, list) or not all(isinstance(t, dict) and isinstance(t.get("trial"), int)
+                                               and "val_accuracy" in t for t in trials):
+        raise GBPNError(f"{path} is not a gbpn metrics file (no list of finished trials); delete it to "
+                        "rerun every trial, or choose a new --output folder")
+    return trials
+
+
 def run_trials(
     dataset: str,
     config: TrainConfig,
@@ -61,6 +72,10 @@ def run_trials(
     data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if int((data.y >= 0).sum()) < 3:
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
+    seen = data.y[data.y >= 0].unique()
+    if seen.numel() < 2:  # accuracy would be 100% by construction
+        raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
+                        "labelled nodes of at least two classes")
     out = Path(output)
     run_config = {
         "dataset": data.name,
@@ -80,7 +95,12 @@ def run_trials(
         previous = read_json(out / "config.json")
         same = {k: v for k, v in previous.items() if k not in ("trials", "versions")}
         if same == {k: v for k, v in run_config.items() if k != "trials"}:
-            done = [t for t in read_json(metrics_path)["trials"] if t["trial"] < trials]
+            done = _finished_trials(metrics_path)
+            beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
+            if beyond:  # rewriting metrics.json would drop them while model.pt may come from one
+                raise GBPNError(f"{out} already holds {len(done)} finished trials (up to trial {beyond[-1]}); "
+                                f"--trials {trials} would drop some: rerun with --trials {beyond[-1] + 1} or more "
+                                "to keep them, or choose a new --output folder")
             if done:
                 log(f"resuming {out}: {len(done)} of {trials} trials already finished")
         else:
