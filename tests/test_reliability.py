@@ -1,0 +1,151 @@
+"""Every user mistake ends in a one-line error and exit code 2 with nothing written, never in a
+silent wrong result or an "internal error" (issue 12, items 3-6 and 9)."""
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from gbpn.cli import main
+from gbpn.data import load_dataset
+from gbpn.errors import GBPNError
+
+
+def _folder(path, y, names=None, n=40):
+    """A small ring graph in the bring-your-own format (text headers)."""
+    rng = np.random.default_rng(0)
+    path.mkdir(parents=True, exist_ok=True)
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
+    np.savetxt(path / "edges.csv", ring, fmt="%d", delimiter=",", header="source,target", comments="")
+    np.savetxt(path / "features.csv", rng.random((n, 3)), delimiter=",", header="a,b,c", comments="")
+    np.savetxt(path / "labels.csv", np.resize(np.asarray(y), n), fmt="%d", header="label", comments="")
+    if names is not None:
+        (path / "class_names.txt").write_text("\n".join(names) + "\n")
+    return path
+
+
+def _train(args, out):
+    return main(["train", "--epochs", "2", "--hidden", "8", "--quiet", "--output", str(out), *args])
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    return _folder(tmp_path_factory.mktemp("g"), [0, 1, 2], ["red", "green", "blue"])
+
+
+@pytest.fixture(scope="module")
+def run2(graph, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    assert _train(["--dataset", str(graph), "--trials", "2"], out) == 0
+    return out
+
+
+# item 3 ------------------------------------------------------------------------------------------
+
+def test_label_beyond_class_names_is_refused(tmp_path, capsys):
+    g = _folder(tmp_path / "g", [0, 1, 2, 7], ["a", "b", "c"])
+    assert _train(["--dataset", str(g)], tmp_path / "run") == 2
+    err = capsys.readouterr().err
+    assert "label 7" in err and "names 3 classes" in err and not (tmp_path / "run").exists()
+
+
+def test_a_named_class_without_nodes_is_reported(tmp_path, caplog):
+    g = _folder(tmp_path / "g", [0, 2], ["a", "b", "c"])
+    with caplog.at_level(logging.WARNING):
+        d = load_dataset(str(g))
+    assert d.num_classes == 3 and "has class 1" in caplog.text
+
+
+# item 4 ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("option,name", [
+    (["--coupling-lr", "-1"], "coupling_lr"), (["--lr", "-1"], "lr"), (["--lr", "nan"], "lr"),
+    (["--weight-decay", "-1"], "weight_decay"), (["--damping", "1.0"], "damping"), (["--warmup", "nan"], "warmup"),
+    (["--fanout", "0", "--batch-size", "4"], "fanout"),
+])
+def test_bad_train_option_is_refused_before_anything_is_written(graph, tmp_path, option, name, capsys):
+    assert _train(["--dataset", str(graph), *option], tmp_path / "run") == 2
+    assert f"error: {name} " in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("option", [["--edge-chunk", "0"], ["--threads", "-1"], ["--trials", "0"]])
+def test_bad_count_is_a_usage_error(graph, tmp_path, option, capsys):
+    with pytest.raises(SystemExit) as ex:
+        _train(["--dataset", str(graph), *option], tmp_path / "run")
+    assert ex.value.code == 2 and f"argument {option[0]}: must be at least" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_predict_negative_steps_is_refused(run2, graph, tmp_path, capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["predict", "--checkpoint", str(run2 / "model.pt"), "--dataset", str(graph), "--steps", "-3",
+              "--output", str(tmp_path / "p.csv")])
+    assert ex.value.code == 2 and "--steps" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+
+
+# item 5 ------------------------------------------------------------------------------------------
+
+def test_fewer_trials_keeps_finished_results(run2, graph, capsys):
+    before = {p: (run2 / p).read_bytes() for p in ("metrics.json", "config.json", "model.pt")}
+    assert _train(["--dataset", str(graph), "--trials", "1"], run2) == 2
+    assert "--trials 2 or more" in capsys.readouterr().err
+    assert all((run2 / p).read_bytes() == b for p, b in before.items())
+
+
+# item 6 ------------------------------------------------------------------------------------------
+
+def test_corrupt_metrics_on_resume_names_the_file(graph, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _train(["--dataset", str(graph)], out) == 0
+    (out / "metrics.json").write_text('{"trials": [')
+    assert _train(["--dataset", str(graph)], out) == 2
+    err = capsys.readouterr().err
+    assert "metrics.json" in err and "not valid JSON" in err and "internal error" not in err
+
+
+def test_unwritable_output_is_a_clear_error(run2, graph, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the output folder should be
+    code = main(["predict", "--checkpoint", str(run2 / "model.pt"), "--dataset", str(graph),
+                 "--output", str(blocker / "p.csv")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write" in err and "p.csv" in err
+
+
+def test_truncated_raw_file_names_the_file(tmp_path, capsys):
+    folder = tmp_path / "gbpn" / "county_facebook"
+    folder.mkdir(parents=True)
+    (folder / "dat.csv").write_text("a,b,c,d,e,f,g,h,i,DEM,GOP\n" + "1,2,3,4,5,6,7,8,9,10,11\n1,2,3,4\n")
+    (folder / "adj.csv").write_text("x1,x2\n0,1\n")
+    code = main(["train", "--dataset", "election", "--data-dir", str(tmp_path), "--output", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and "dat.csv" in err and "damaged or cut short" in err
+
+
+# item 9 ------------------------------------------------------------------------------------------
+
+def test_single_class_data_set_is_refused(tmp_path, capsys):
+    g = _folder(tmp_path / "g", [1])
+    assert _train(["--dataset", str(g)], tmp_path / "run") == 2
+    assert "at least two classes" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+def test_nan_checkpoint_is_refused(run2, graph, tmp_path, capsys):
+    payload = torch.load(run2 / "model.pt", weights_only=True)
+    payload["state_dict"]["mlp.lins.0.weight"][0, 0] = float("nan")
+    torch.save(payload, tmp_path / "nan.pt")
+    code = main(["predict", "--checkpoint", str(tmp_path / "nan.pt"), "--dataset", str(graph),
+                 "--output", str(tmp_path / "p.csv")])
+    assert code == 2 and "NaN" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+
+
+def test_election_nan_is_reported_at_its_line(tmp_path):
+    folder = tmp_path / "gbpn" / "county_facebook"
+    folder.mkdir(parents=True)
+    rows = np.arange(1, 45, dtype=float).reshape(4, 11)
+    rows[2, 3] = np.nan
+    np.savetxt(folder / "dat.csv", rows, delimiter=",", header=",".join("abcdefghijk"), comments="")
+    (folder / "adj.csv").write_text("x1,x2\n0,1\n")
+    with pytest.raises(GBPNError, match=r"line\(s\) \[4\]"):  # header is line 1, rows[2] is line 4
+        load_dataset("election", str(tmp_path))
