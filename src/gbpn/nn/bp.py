@@ -19,6 +19,7 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
+from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
 
 # Above this spread of log H the linear-domain update could overflow float32 (see linear_message).
 _LINEAR_MAX_SPREAD = 60.0
@@ -130,6 +131,8 @@ class BeliefPropagation(nn.Module):
         edge_chunk: Optional[int] = None,
         message_weight: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
+        check_bp_inputs(log_self, edge_index, self.num_classes, rev_index, edge_weight, known_labels, known_mask,
+                        message_weight)
         num_nodes, c = log_self.shape
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
@@ -138,6 +141,7 @@ class BeliefPropagation(nn.Module):
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
         log_H = self.coupling.log_H.to(log_self.dtype)
+        check_coupling_range(log_H, log_self.dtype)
 
         clamp = None
         if known_mask is not None and bool(known_mask.any()):
@@ -242,18 +246,24 @@ class BeliefPropagation(nn.Module):
         The result is the same synchronous update as :meth:`forward` (up to the
         rounding of stored messages to ``message_dtype``). Messages are stored centred
         over the classes (a constant per message changes no belief), which keeps their
-        rounding error small in half precision. Without edge weights.
+        rounding error small in half precision. Without edge weights. Computes in the dtype of
+        ``log_self`` (at least float32); ``pairs`` must list each undirected edge once.
 
         Memory: ``2 P c`` stored messages plus ``O(N c)`` beliefs plus one chunk.
         """
+        check_bp_inputs(log_self, pairs.new_empty((2, 0)), self.num_classes, known_labels=known_labels,
+                        known_mask=known_mask)
         num_nodes, c = log_self.shape
+        check_pairs(pairs, num_nodes)
         steps = self.num_steps if num_steps is None else num_steps
-        log_H = self.coupling.log_H.float()
+        dtype = torch.promote_types(log_self.dtype, torch.float32)  # the caller's precision, at least float32
+        log_H = self.coupling.log_H.to(dtype)
+        check_coupling_range(log_H, dtype)
         known_idx, clamp = None, None
         if known_mask is not None and bool(known_mask.any()):
             known_idx = known_mask.nonzero().view(-1)
-            clamp = clamp_log_potential(known_labels[known_idx], c)
-        log_self = log_normalize(log_self.float())
+            clamp = clamp_log_potential(known_labels[known_idx], c, dtype)
+        log_self = log_normalize(log_self.to(dtype))
         if clamp is not None:
             log_self[known_idx] = clamp
         log_belief = log_self
@@ -264,7 +274,7 @@ class BeliefPropagation(nn.Module):
             for start in range(0, pairs.size(1), pair_chunk):
                 s = slice(start, start + pair_chunk)
                 u, v = u_all[s].long(), v_all[s].long()
-                old = msg[s].float()  # [p, 2, c]: [:, 0] is u -> v, [:, 1] is v -> u
+                old = msg[s].to(dtype)  # [p, 2, c]: [:, 0] is u -> v, [:, 1] is v -> u
                 cav = torch.stack([log_belief.index_select(0, u) - old[:, 1], log_belief.index_select(0, v) - old[:, 0]], 1)
                 new = normalized_message(cav.view(-1, c), log_H).view(-1, 2, c)
                 if self.damping > 0:
@@ -273,7 +283,7 @@ class BeliefPropagation(nn.Module):
                 # stored centred over the classes: beliefs ignore a constant per message, and small
                 # centred values round far less than log-normalised ones (about -log c each)
                 msg[s] = (new - new.mean(-1, keepdim=True)).to(message_dtype)
-                stored = msg[s].float()  # aggregate exactly what the next step's cavity will subtract
+                stored = msg[s].to(dtype)  # aggregate exactly what the next step's cavity will subtract
                 acc.index_add_(0, v, stored[:, 0])
                 acc.index_add_(0, u, stored[:, 1])
             log_belief = log_normalize(acc)

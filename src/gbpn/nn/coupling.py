@@ -27,6 +27,7 @@ class Coupling(nn.Module):
             (default: ``True``)
         init (Tensor, optional): initial :math:`H` (symmetric, positive); the
             default :math:`H = \mathbf{1}\mathbf{1}^\top` carries no coupling at all.
+            :math:`W` takes the dtype of a floating-point ``init`` (else the default dtype).
 
     Shapes:
         H, log_H: ``[c, c]``
@@ -39,13 +40,15 @@ class Coupling(nn.Module):
         self.num_classes = num_classes
         self.learnable = learnable
         if init is not None:
-            init = torch.as_tensor(init, dtype=torch.get_default_dtype())
+            init = torch.as_tensor(init)
+            init = init if init.is_floating_point() else init.to(torch.get_default_dtype())
             if init.shape != (num_classes, num_classes):
                 raise ValueError(f"init must be {num_classes}x{num_classes}, got {tuple(init.shape)}")
             if not bool((init > 0).all()) or not torch.allclose(init, init.T):
                 raise ValueError("init must be symmetric with positive entries")
         self._init = None if init is None else init.clone()
-        weight = torch.empty(num_classes, num_classes)
+        # a float64 init keeps its precision (a float32 weight would round log H before any .double())
+        weight = torch.empty(num_classes, num_classes, dtype=None if init is None else init.dtype)
         if learnable:
             self.weight = nn.Parameter(weight)
         else:

@@ -105,7 +105,7 @@ class MLP(nn.Module):
         for lin in self.lins[1:]:
             h = relu_dropout(h, self.dropout, self.training)
             h = F.linear(h, lin.weight.to(h.dtype), lin.bias.to(h.dtype))
-        return h.float()
+        return h.to(first.weight.dtype)  # bf16 hidden layers hand back the parameters' precision
 
     def __repr__(self) -> str:
         return (

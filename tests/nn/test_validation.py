@@ -1,0 +1,171 @@
+"""The BP layer refuses inputs it would turn into wrong beliefs (issue 12, item 7) and keeps the
+caller's precision (item 8); property tests draw random bad potentials, masks and edge lists."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gbpn.nn import GBPN, BeliefPropagation
+from gbpn.nn.functional import log_normalize, reverse_edge_index
+from gbpn.nn.validation import unchecked
+
+from conftest import brute_force_marginals, undirected
+
+RING = undirected([(0, 1), (1, 2), (2, 3), (3, 0), (3, 4)])
+
+
+def _layer(c=3, steps=4):
+    torch.manual_seed(0)
+    layer = BeliefPropagation(c, num_steps=steps)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.randn(c, c))
+    return layer
+
+
+# item 7 -----------------------------------------------------------------------------------------
+
+def test_self_loop_is_refused():
+    ei = torch.cat([RING, torch.tensor([[2], [2]])], 1)
+    with pytest.raises(ValueError, match=r"self-loop \(2, 2\)"):
+        _layer()(torch.randn(5, 3), ei)
+
+
+def test_integer_known_mask_is_refused():
+    labels = torch.tensor([0, 1, 2, 0, 1])
+    with pytest.raises(ValueError, match="known_mask must be a bool"):
+        _layer()(torch.randn(5, 3), RING, known_labels=labels, known_mask=torch.tensor([0, 1, 0, 0, 0]))
+
+
+def test_nan_or_inf_potential_row_is_refused_but_log_zero_is_fine():
+    log_self = torch.randn(5, 3)
+    for bad in (float("nan"), float("inf")):
+        x = log_self.clone()
+        x[2, 1] = bad
+        with pytest.raises(ValueError, match=r"row\(s\) \[2\]"):
+            _layer()(x, RING)
+    x = log_self.clone()
+    x[2, 1] = -float("inf")  # log 0: class 1 impossible at node 2
+    out = _layer()(x, RING)
+    assert torch.isfinite(out[[0, 1, 3, 4]]).all() and out[2, 1].exp() == 0
+
+
+def test_infer_pairs_refuses_both_directions():
+    layer = _layer()
+    with pytest.raises(ValueError, match="each undirected edge once"):
+        layer.infer_pairs(torch.randn(5, 3), RING)
+    pairs = RING[:, RING[0] < RING[1]]
+    expect = layer(log_normalize(torch.randn(5, 3).double()), RING)  # smoke: the right input runs
+    assert layer.infer_pairs(torch.randn(5, 3), pairs).shape == expect.shape
+
+
+def test_unchecked_skips_the_checks():
+    ei = torch.cat([RING, torch.tensor([[2], [2]])], 1)
+    with unchecked():
+        _layer()(torch.randn(5, 3), ei)  # the caller vouches for the input
+
+
+@st.composite
+def _valid_inputs(draw):
+    n = draw(st.integers(2, 7))
+    c = draw(st.integers(2, 4))
+    pairs = sorted({(min(i, j), max(i, j)) for i, j in draw(st.lists(
+        st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda t: t[0] != t[1]), max_size=12))})
+    ei = undirected(pairs) if pairs else torch.zeros(2, 0, dtype=torch.long)
+    log_self = torch.tensor(draw(st.lists(st.lists(st.floats(-20, 20), min_size=c, max_size=c),
+                                          min_size=n, max_size=n)), dtype=torch.float64)
+    mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    labels = torch.tensor(draw(st.lists(st.integers(0, c - 1), min_size=n, max_size=n)))
+    return log_self, ei, mask, labels, c
+
+
+def _corrupt(draw, log_self, ei, mask, labels, c):
+    """One randomly chosen way to make the input invalid; returns the kwargs and the message expected."""
+    n = log_self.size(0)
+    kind = draw(st.sampled_from(["nan", "inf", "all-neg-inf", "int-mask", "short-mask", "label", "loop",
+                                 "out-of-range", "float-index", "rev"]))
+    args = dict(log_self=log_self.clone(), edge_index=ei, known_labels=labels, known_mask=mask)
+    row = draw(st.integers(0, n - 1))
+    if kind in ("nan", "inf"):
+        args["log_self"][row, draw(st.integers(0, c - 1))] = float(kind)
+        return args, "log_self has NaN"
+    if kind == "all-neg-inf":
+        args["log_self"][row] = -math.inf
+        return args, "log_self has NaN"
+    if kind == "int-mask":
+        args["known_mask"] = mask.long()
+        return args, "known_mask must be a bool"
+    if kind == "short-mask":
+        args["known_mask"] = mask[:-1]
+        return args, "known_mask must be a bool"
+    if kind == "label":
+        args["known_mask"] = torch.ones(n, dtype=torch.bool)
+        args["known_labels"] = labels.clone()
+        args["known_labels"][row] = draw(st.sampled_from([-1, c, c + 3]))
+        return args, "known_labels"
+    if kind == "loop":
+        args["edge_index"] = torch.cat([ei, torch.tensor([[row], [row]])], 1)
+        return args, "self-loop"
+    if kind == "out-of-range":
+        args["edge_index"] = torch.cat([ei, torch.tensor([[row, n], [n, row]])], 1)
+        return args, "outside"
+    if kind == "float-index":
+        args["edge_index"] = ei.double()
+        return args, "integer tensor"
+    # "rev": a reverse index shifted by one pairs every edge with a wrong one
+    e = ei if ei.size(1) else undirected([(0, 1)])
+    args["edge_index"], args["rev_index"] = e, reverse_edge_index(e, n).roll(1)
+    return args, "rev_index"
+
+
+@settings(max_examples=150, deadline=None)
+@given(inputs=_valid_inputs(), data=st.data())
+def test_bp_input_validation_property(inputs, data):
+    """Valid random inputs give finite normalised beliefs; each random corruption is refused
+    with a ValueError that names it, never a silent result."""
+    log_self, ei, mask, labels, c = inputs
+    layer = BeliefPropagation(c, num_steps=3).double()
+    out = layer(log_self, ei, known_labels=labels, known_mask=mask)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.exp().sum(1), torch.ones(len(out), dtype=torch.float64))
+    args, match = _corrupt(data.draw, log_self, ei, mask, labels, c)
+    with pytest.raises(ValueError, match=match):
+        layer(**args)
+
+
+# item 8 -----------------------------------------------------------------------------------------
+
+def test_double_model_keeps_float64_end_to_end():
+    torch.manual_seed(0)
+    model = GBPN(4, 3, hidden_channels=8, dropout=0.0).double().eval()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    assert model.mlp(x).dtype == torch.float64 and model(x, RING).dtype == torch.float64
+    bf16 = GBPN(4, 3, hidden_channels=8, precision="bf16").eval()
+    assert bf16.mlp(x.float()).dtype == torch.float32  # bf16 hidden layers, float32 out
+
+
+def test_float64_coupling_init_is_not_rounded_to_float32():
+    H = torch.tensor([[1.0, 1e-3 + 1e-12], [1e-3 + 1e-12, 3.0]], dtype=torch.float64)
+    layer = BeliefPropagation(2, coupling_init=H).double()
+    torch.testing.assert_close(layer.log_H, H.log(), rtol=0, atol=1e-15)
+
+
+def test_infer_pairs_computes_in_the_callers_precision():
+    layer = _layer(3, steps=6).double()
+    log_self = torch.randn(5, 3, dtype=torch.float64)
+    pairs = RING[:, RING[0] < RING[1]]
+    torch.testing.assert_close(layer.infer_pairs(log_self, pairs, message_dtype=torch.float64),
+                               layer(log_self, RING), rtol=0, atol=1e-12)
+
+
+def test_wide_coupling_is_refused_in_float32_and_exact_in_float64():
+    """A log H spread of 88: float32 messages underflow and the beliefs were off by 0.05."""
+    edges = [(0, 1)]
+    log_H = torch.tensor([[0.0, -88.0], [-88.0, -86.0]], dtype=torch.float64)
+    layer = BeliefPropagation(2, num_steps=2, coupling_init=log_H.exp())
+    log_phi = torch.tensor([[0.0, 0.0], [0.0, 89.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="float64"):
+        layer.float()(log_phi.float(), undirected(edges))
+    out = layer.double()(log_phi, undirected(edges))
+    torch.testing.assert_close(out.exp(), brute_force_marginals(2, edges, log_phi, log_H), rtol=0, atol=1e-9)
