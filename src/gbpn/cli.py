@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed or auto")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
-    b.add_argument("--epochs", type=int, default=500, help="free grid: training steps (default: 500)")
-    b.add_argument("--patience", type=int, default=None,
+    b.add_argument("--epochs", type=POSITIVE, default=500, help="free grid: training steps (default: 500)")
+    b.add_argument("--patience", type=POSITIVE, default=None,
                    help="free grid: stop a run after this many epochs without a better validation accuracy")
     b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
     b.add_argument("--batch-size", type=int, default=None,
@@ -163,10 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--size", type=int, default=51, help="grid side n (n x n nodes; default: 51)")
     m.add_argument("--coupling", type=float, nargs="+", default=None,
                    help="coupling H row by row (c*c positive numbers; default: the kind's documented default)")
-    m.add_argument("--samples", type=int, default=10, help="label samples to draw (default: 10)")
+    m.add_argument("--samples", type=POSITIVE, default=10, help="label samples to draw (default: 10)")
     m.add_argument("--sample", type=int, default=0, help="which sample becomes labels.csv (default: 0)")
-    m.add_argument("--burn-in", type=int, default=1000, help="sweeps discarded first (default: 1000)")
-    m.add_argument("--thin", type=int, default=100, help="sweeps between samples (default: 100)")
+    m.add_argument("--burn-in", type=NON_NEGATIVE, default=1000, help="sweeps discarded first (default: 1000)")
+    m.add_argument("--thin", type=POSITIVE, default=100, help="sweeps between samples (default: 100)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--output", required=True, help="folder to write edges.csv, features.csv, labels.csv into")
 
