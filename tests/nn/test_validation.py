@@ -140,9 +140,9 @@ def test_double_model_keeps_float64_end_to_end():
     torch.manual_seed(0)
     model = GBPN(4, 3, hidden_channels=8, dropout=0.0).double().eval()
     x = torch.randn(5, 4, dtype=torch.float64)
-    assert model.mlp(x).dtype == torch.float64 and model(x, RING).dtype == torch.float64
+    assert model.encoder(x).dtype == torch.float64 and model(x, RING).dtype == torch.float64
     bf16 = GBPN(4, 3, hidden_channels=8, precision="bf16").eval()
-    assert bf16.mlp(x.float()).dtype == torch.float32  # bf16 hidden layers, float32 out
+    assert bf16.encoder(x.float()).dtype == torch.float32  # bf16 hidden layers, float32 out
 
 
 def test_float64_coupling_init_is_not_rounded_to_float32():
