@@ -103,18 +103,18 @@ def test_cli_asks_for_header_and_writes_nothing(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["graph"]["num_nodes"] == 6
 
 
-WRITERS = ("numpy", "numpy-named", "pandas", "pandas-named")
+WRITERS = ("numpy", "numpy-named", "pandas", "pandas-named", "pandas-index")
 
 
 def _write(folder, writer, x, edges, y):
     folder.mkdir(parents=True, exist_ok=True)
     if writer.startswith("pandas"):
-        named = writer.endswith("named")
+        named, index = writer.endswith("named"), writer.endswith("index")  # index: pandas's default index column
         pd.DataFrame(x, columns=[f"f{k}" for k in range(x.shape[1])] if named else None).to_csv(
-            folder / "features.csv", index=False)
-        pd.DataFrame(edges, columns=["source", "target"] if named else None).to_csv(folder / "edges.csv", index=False)
+            folder / "features.csv", index=index)
+        pd.DataFrame(edges, columns=["source", "target"] if named else None).to_csv(folder / "edges.csv", index=index)
         if y is not None:
-            pd.Series(y, name="label" if named else None).to_csv(folder / "labels.csv", index=False)
+            pd.Series(y, name="label" if named else None).to_csv(folder / "labels.csv", index=index)
     else:
         named = writer == "numpy-named"
         kw = dict(delimiter=",", comments="")
@@ -141,7 +141,8 @@ def _graphs(draw):
 @given(graph=_graphs(), writer=st.sampled_from(WRITERS), told=st.booleans())
 def test_byo_roundtrip_property(tmp_path_factory, graph, writer, told):
     """Any small graph written by numpy or pandas, with or without a header, reads back exactly as
-    written or is rejected with a GBPNError; told whether there is a header, it always reads back."""
+    written or is rejected with a GBPNError; told whether there is a header, it always reads back.
+    Written with pandas's index column, it is always rejected."""
     x, edges, y = graph
     folder = tmp_path_factory.mktemp("g")
     _write(folder, writer, x, edges, y)
@@ -149,8 +150,9 @@ def test_byo_roundtrip_property(tmp_path_factory, graph, writer, told):
     try:
         d = load_byo(folder, header=has_header if told else None)
     except GBPNError:
-        assert not told, "an explicit --header/--no-header must always read the folder"
+        assert not told or writer == "pandas-index", "an explicit --header/--no-header must read the folder"
         return
+    assert writer != "pandas-index", "an index column must never be read as a feature or a node id"
     assert d.num_nodes == len(x)
     np.testing.assert_array_equal(d.x.numpy(), x.astype(np.float32))
     assert d.edge_index.T.tolist() == edges.tolist()

@@ -372,8 +372,10 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
     elif not any(numeric):
         first = "header"
     else:
-        raise GBPNError(f"the first line of {path} mixes numbers and text ({', '.join(fields)}): a header holds "
-                        "only names and a data row only numbers; fix the line, or pass --header or --no-header")
+        hint = (" (an unnamed first column is the index pandas writes unless to_csv(index=False))"
+                if fields[0] == "" else "")
+        raise GBPNError(f"the first line of {path} mixes numbers and text ({','.join(fields)}){hint}: a header "
+                        "holds only names and a data row only numbers; fix the line, or pass --header or --no-header")
     import pandas as pd
 
     skip = int(first == "header")
