@@ -149,3 +149,15 @@ def test_election_nan_is_reported_at_its_line(tmp_path):
     (folder / "adj.csv").write_text("x1,x2\n0,1\n")
     with pytest.raises(GBPNError, match=r"line\(s\) \[4\]"):  # header is line 1, rows[2] is line 4
         load_dataset("election", str(tmp_path))
+
+
+def test_damaged_pyg_raw_file_is_named_as_damaged(data_dir, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    raw = tmp_path / "planetoid" / "Cora" / "raw"
+    shutil.copytree(Path(data_dir) / "planetoid" / "Cora" / "raw", raw)
+    graph = raw / "ind.cora.graph"
+    graph.write_bytes(graph.read_bytes()[:100])  # cut short
+    with pytest.raises(GBPNError, match="damaged or cut short"):
+        load_dataset("cora", str(tmp_path))

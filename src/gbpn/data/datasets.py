@@ -92,6 +92,11 @@ def _pyg(make: Callable[[str], object], root: Path, sub: str, name: str, files: 
     try:
         ds = make(str(where / sub.split("/")[0]))
     except Exception as err:  # PyG raises URLError, FileNotFoundError, ... when offline
+        raw = where / sub
+        if raw.is_dir() and all(any(raw.rglob(f)) for f in files):  # all there: one is damaged
+            raise GBPNError(f"dataset {name!r}: the files in {raw} could not be read ({type(err).__name__}: "
+                            f"{err}); one of {', '.join(files)} is damaged or cut short: download it again "
+                            f"(and delete {raw / 'processed'} if present)") from None
         raise DatasetNotFoundError(
             f"dataset {name!r} not found in {root / sub} (looked for {', '.join(files)}) "
             f"and could not download it ({type(err).__name__}: {err}); "
