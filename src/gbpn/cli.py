@@ -43,7 +43,8 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     h.add_argument("--header", dest="header", action="store_true", default=None,
                    help="your own folder: the first line of every CSV file is a header")
     h.add_argument("--no-header", dest="header", action="store_false",
-                   help="your own folder: no CSV file has a header (default: told from the files)")
+                   help="your own folder: a first line of numbers is data, not a header (default: told from "
+                        "the files)")
 
 
 def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None:

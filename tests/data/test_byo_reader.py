@@ -158,3 +158,17 @@ def test_byo_roundtrip_property(tmp_path_factory, graph, writer, told):
     assert d.edge_index.T.tolist() == edges.tolist()
     if y is not None:
         assert d.y.tolist() == y.tolist()
+
+
+def test_edges_starting_0_1_beside_a_named_header_must_be_said(tmp_path):
+    x, edges, y = _graph()
+    (tmp_path / "g").mkdir()
+    np.savetxt(tmp_path / "g" / "features.csv", x, delimiter=",", header="a,b,c,d", comments="")
+    np.savetxt(tmp_path / "g" / "edges.csv", np.array([[0, 1], *edges]), fmt="%d", delimiter=",")
+    with pytest.raises(GBPNError, match=r"\(0,1\) is a header .* or the edge 0-1"):
+        load_byo(tmp_path / "g")
+    # --no-header: lines of numbers are data (a line of names stays a header)
+    assert load_byo(tmp_path / "g", header=False).edge_index.size(1) == 6
+    # a symmetric list repeats the edge as 1,0: either reading gives the same graph
+    np.savetxt(tmp_path / "g" / "edges.csv", np.array([[0, 1], [1, 0], *edges]), fmt="%d", delimiter=",")
+    assert load_dataset(str(tmp_path / "g")).edge_index.size(1) == 12

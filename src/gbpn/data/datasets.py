@@ -320,7 +320,7 @@ BYO_FILES = ("edges", "features", "labels")
 class _Table:
     """A bring-your-own file read as numbers. ``first`` says what its first line was: ``"header"``
     (names, or ``header=True``; not in ``rows``), ``"data"``, ``"positional"`` (the column numbers
-    ``0,1,...,k-1`` that pandas writes as a header, or data that happens to read so; kept in
+    ``0,1,...,k-1`` that pandas writes as a header, or ``1,...,k`` for k > 1, or data that reads so; kept in
     ``rows`` until :func:`_resolve_headers` decides) or ``"none"`` (``.npy``, an empty file)."""
 
     path: Path
@@ -370,10 +370,12 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
     if sep is None:
         return _Table(path, "none", np.zeros((0, 0)))
     numeric = [_is_number(t) for t in fields]
-    if header is not None:
-        first = "header" if header else "data"
+    if header is not None:  # a line of names is a header even with --no-header: it cannot be data
+        first = "header" if header or not any(numeric) else "data"
     elif all(numeric):
-        first = "positional" if fields == [str(k) for k in range(len(fields))] else "data"
+        # column numbers counted from 0 (pandas) or, for two or more columns, from 1: a header or data
+        bases = (0, 1) if len(fields) > 1 else (0,)
+        first = "positional" if fields in ([str(k + b) for k in range(len(fields))] for b in bases) else "data"
     elif not any(numeric):
         first = "header"
     else:
@@ -397,10 +399,11 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
 
 
 def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
-    """Each table's data rows. A first line ``0,1,...`` (``positional``) is a header or data,
-    whichever makes the features and labels have equal row counts and every node id in the
-    edges lie below the number of nodes; the edges file follows the features file (both written
-    the same way). When both readings fit, ask for ``--header`` / ``--no-header``."""
+    """Each table's data rows. A first line ``0,1,...`` or ``1,2,...`` (``positional``) is a header
+    or data, whichever makes the features and labels have equal row counts and every node id in
+    the edges lie below the number of nodes; the edges file follows a features file without a
+    header (both written the same way), and with a header or as ``.npy`` its first edge must
+    recur to be read as one. When both readings fit, ask for ``--header`` / ``--no-header``."""
     unknown = [s for s in ("features", "labels") if s in tables and tables[s].first == "positional"]
     fits = []
     for choice in itertools.product([False, True], repeat=len(unknown)):
@@ -411,12 +414,13 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
         if ("labels" not in rows or len(rows["labels"]) == n) and not (e.size and np.nanmax(e) >= n):
             fits.append((rows, [s for s in drop if drop[s]]))
     edges = tables["edges"]
-    if edges.first == "positional" and tables["features"].first == "header" and len(edges.rows):
-        # features written with a header, edges starting with "0,1": a header only if that edge recurs
+    if edges.first == "positional" and tables["features"].first in ("header", "none") and len(edges.rows):
+        # nothing to follow: "0,1" is read as an edge, which is harmless only if that edge recurs
+        a, b = edges.rows[0].astype(np.int64)
         rest = edges.rows[1:]
         if not ((rest == edges.rows[0]).all(1) | (rest == edges.rows[0, ::-1]).all(1)).any():
-            raise GBPNError(f"cannot tell whether the first line of {edges.path} (0,1) is a header (as pandas "
-                            "writes it) or the edge 0-1; pass --header or --no-header")
+            raise GBPNError(f"cannot tell whether the first line of {edges.path} ({a},{b}) is a header (as pandas "
+                            f"writes it) or the edge {a}-{b}; pass --header or --no-header")
     if not fits:  # the graph check names what is wrong
         return {s: t.rows for s, t in tables.items()}
     if len(fits) == 1:
@@ -430,8 +434,8 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
         lines += f", largest node id in edges: {int(np.nanmax(tables['edges'].rows))}"
     raise GBPNError(
         f"cannot tell whether the first line of {' and '.join(tables[s].path.name for s in unknown)} (the column "
-        f"numbers 0,1,... that pandas writes as a header) is a header or data: both readings fit ({lines}); "
-        "pass --header or --no-header")
+        f"numbers 0,1,... or 1,2,... that pandas and others write as a header) is a header or data: both "
+        f"readings fit ({lines}); pass --header or --no-header")
 
 
 def _find(folder: Path, stem: str) -> Optional[Path]:
@@ -451,12 +455,12 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     * ``class_names.txt`` (optional): one class name per line; labels must then lie in
       ``0..len(names)-1``.
 
-    ``header``: ``True`` if the first line of every CSV file is a header, ``False`` if none
-    is, ``None`` (default) to tell: a first line of names is a header, one of numbers is data,
-    except the column numbers ``0,1,...,k-1`` (what pandas writes as a header by default),
-    decided by the row counts of features and labels and the largest node id in the
-    edges (an edges file follows the features file); if that does not decide, an error asks
-    for ``header``.
+    ``header``: ``True`` if the first line of every CSV file is a header, ``False`` if a first
+    line of numbers is data (a line of names is a header all the same), ``None`` (default) to tell: a first line of names is a header, one of numbers is data,
+    except the column numbers ``0,1,...,k-1`` (what pandas writes as a header by default) or
+    ``1,...,k`` (``k > 1``), decided by the row counts of features and labels and the largest
+    node id in the edges (see :func:`_resolve_headers`); if that does not decide, an error
+    asks for ``header``.
     """
     folder = Path(folder)
     paths: Dict[str, Optional[Path]] = {stem: _find(folder, stem) for stem in BYO_FILES}
