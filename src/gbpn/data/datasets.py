@@ -365,7 +365,8 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
             raise GBPNError(f"{path} is not a readable .npy array ({err}); write it with numpy.save") from None
         if arr.ndim not in (1, 2) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
             raise GBPNError(f"{path} must be a 1-D or 2-D numeric array, got {arr.dtype} of shape {arr.shape}")
-        return _Table(path, "none", arr.astype(np.float64).reshape(-1, 1) if arr.ndim == 1 else arr.astype(np.float64))
+        arr = arr.astype(np.float64)
+        return _Table(path, "none", arr.reshape(-1, 1) if arr.ndim == 1 else arr)
     sep, fields = _first_fields(path)
     if sep is None:
         return _Table(path, "none", np.zeros((0, 0)))
@@ -414,7 +415,8 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
         if ("labels" not in rows or len(rows["labels"]) == n) and not (e.size and np.nanmax(e) >= n):
             fits.append((rows, [s for s in drop if drop[s]]))
     edges = tables["edges"]
-    if edges.first == "positional" and tables["features"].first in ("header", "none") and len(edges.rows):
+    if (edges.first == "positional" and tables["features"].first in ("header", "none")
+            and edges.rows.ndim == 2 and edges.rows.shape[1] == 2):
         # nothing to follow: "0,1" is read as an edge, which is harmless only if that edge recurs
         a, b = edges.rows[0].astype(np.int64)
         rest = edges.rows[1:]
