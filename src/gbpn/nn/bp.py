@@ -69,7 +69,7 @@ class BeliefPropagation(nn.Module):
 
     Shapes:
         - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
-          (symmetric, no duplicates), ``rev_index`` ``[E]`` (optional),
+          (symmetric, no duplicates, no self-loops), ``rev_index`` ``[E]`` (optional),
           ``edge_weight`` ``[E]`` (optional, symmetric), ``known_labels`` ``[N]``
           and ``known_mask`` ``[N]`` (optional)
         - **output:** normalised log-beliefs ``[N, c]``; with ``return_residuals``
@@ -83,6 +83,10 @@ class BeliefPropagation(nn.Module):
 
     ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
     edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
+
+    Inputs are checked (:func:`~gbpn.nn.validation.check_bp_inputs`; skipped inside
+    :func:`~gbpn.nn.validation.unchecked`) and a ``log H`` wider than the dtype computes
+    exactly is refused (:func:`~gbpn.nn.validation.check_coupling_range`): ``ValueError``.
     """
 
     def __init__(

@@ -28,7 +28,8 @@ def log_matmul_exp(v: Tensor, log_H: Tensor) -> Tensor:
     ``[E, c] @ [c, c]`` product, so memory is :math:`O(E\,c)`; the
     :math:`E \times c \times c` tensor of the textbook form is never built.
     Exact up to rounding while the spread :math:`\max\log H - \min\log H` stays
-    below about 80 in float32 (700 in float64), far beyond any coupling BP learns.
+    below about 80 in float32 (700 in float64), far beyond any coupling BP learns (the BP
+    layer refuses wider ones, :func:`gbpn.nn.validation.check_coupling_range`).
 
     Shapes:
         v: ``[E, c]``, log_H: ``[c, c]`` -> ``[E, c]``
