@@ -114,9 +114,10 @@ def test_auto_device_trains_where_it_can_and_returns_cpu_tensors():
                                                 ("gat", True)])
 def test_each_potential_encoder_trains(potential, separate):
     data = load_dataset("synth-ising+")
-    res = fit(data, TrainConfig(epochs=25, hidden=16, potential=potential, separate=separate), seed=0)
+    res = fit(data, TrainConfig(epochs=30, hidden=16, potential=potential, separate=separate, lr=3e-3), seed=0)
     losses = [h["loss"] for h in res.history]
-    assert losses[-1] < 0.9 * losses[0]
+    assert min(losses[-5:]) < 0.9 * losses[0]
+    assert res.metrics["test_accuracy"] > 0.6  # chance is ~0.5
     assert res.metrics["potential"] == potential + ("" if separate else "-mixed")
     assert res.model.potential == potential
 
