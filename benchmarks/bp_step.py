@@ -84,7 +84,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
 
         def run(k=1):
             with torch.no_grad():
-                return layer(log_self, ei, rev, num_steps=k)
+                return layer(log_self, ei, rev_index=rev, num_steps=k)
     else:
         def run():
             with torch.no_grad():

@@ -34,5 +34,8 @@ model, metrics, losses = fit_distributed(data, cfg, seed=args.seed)
 rank = dist.get_rank()
 if args.params_out:
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{args.params_out}.rank{rank}.pt")
-print(json.dumps({"rank": rank, "first_loss": losses[0], "last_loss": losses[-1], **metrics}), file=sys.stdout, flush=True)
+# one write per line: print() writes the text and the newline separately, and unbuffered the two ranks'
+# lines can interleave in a shared pipe
+sys.stdout.write(json.dumps({"rank": rank, "first_loss": losses[0], "last_loss": losses[-1], **metrics}) + "\n")
+sys.stdout.flush()
 dist.destroy_process_group()

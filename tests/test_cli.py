@@ -40,7 +40,7 @@ def test_train_writes_config_metrics_splits_and_checkpoint(trained):
 def test_rerun_resumes_and_skips_finished_trials(trained, capsys):
     before = json.loads((trained / "metrics.json").read_text())
     code, out, err = run(["train", "--dataset", "synth-ising+", "--epochs", "15", "--trials", "3", "--hidden", "16",
-                          "--seed", "3", "--output", str(trained), "--quiet"], capsys)
+                          "--seed", "3", "--output", str(trained)], capsys)
     assert code == 0 and "2 of 3 trials already finished" in err
     after = json.loads((trained / "metrics.json").read_text())
     assert after["trials"][:2] == before["trials"] and len(after["trials"]) == 3
@@ -75,10 +75,12 @@ def test_predict_writes_probabilities_and_keeps_training_labels(trained, tmp_pat
 
 
 def test_coupling_prints_matrix_and_saves_png(trained, tmp_path, capsys):
-    png = tmp_path / "h.png"
-    code, out, _ = run(["coupling", "--checkpoint", str(trained / "model.pt"), "--output", str(png)], capsys)
+    code, out, _ = run(["coupling", "--checkpoint", str(trained / "model.pt"), "--output", str(tmp_path / "h")], capsys)
     assert code == 0 and "coupling H" in out
-    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "h" / "coupling.png").read_bytes()[:4] == b"\x89PNG"  # --output is a folder, as for analyze
+    assert (tmp_path / "h" / "coupling.csv").is_file()
+    with pytest.raises(SystemExit):  # one coupling command, not two
+        main(["analyze", "coupling", "--checkpoint", str(trained / "model.pt")])
 
 
 def test_predict_on_your_own_graph_inductive(trained, tmp_path, capsys):
@@ -156,3 +158,168 @@ def test_train_rejects_bad_graph_files_in_one_line(tmp_path, capsys, features, l
     np.savetxt(g / "labels.csv", np.array(labels), fmt="%d")
     code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "o")], capsys)
     assert code == 2 and match in err and err.count("\n") == 1
+
+
+def _graph_folder(path, n=60, seed=0, labels=True):
+    """A small homophilous bring-your-own graph: a ring plus chords, features that hint at the label."""
+    rng = np.random.default_rng(seed)
+    path.mkdir(parents=True)
+    y = (np.arange(n) * 2 // n).astype(int)
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
+    np.savetxt(path / "edges.csv", ring, fmt="%d", delimiter=",", header="source,target", comments="")
+    np.savetxt(path / "features.csv", y[:, None] + rng.normal(0, 1.0, (n, 2)), delimiter=",")
+    if labels:
+        np.savetxt(path / "labels.csv", y, fmt="%d")
+    return path, y
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"gbpn {__import__('gbpn').__version__}"
+
+
+def test_predict_and_explain_need_only_the_checkpoint(trained, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # nothing may land in the current folder
+    ckpt = trained / "model.pt"
+    code, out, _ = run(["predict", "--checkpoint", str(ckpt)], capsys)
+    assert code == 0 and (trained / "predictions.csv").is_file() and not list(tmp_path.iterdir())
+    code, out, _ = run(["explain", "--checkpoint", str(ckpt), "--node", "5", "--json", str(tmp_path / "e.json")],
+                       capsys)
+    assert code == 0 and out.startswith("node 5:")
+
+
+def test_explain_parts_add_up_for_free_and_clamped_nodes(trained, tmp_path, capsys):
+    meta = torch.load(trained / "model.pt", weights_only=True)
+    from gbpn.data import load_dataset
+    from gbpn.data.splits import split_from_record
+    train = split_from_record(load_dataset("synth-ising+"), meta["split"])[0]
+    free, clamped = int((~train).nonzero()[0]), int(train.nonzero()[0])
+    for node in (free, clamped):
+        path = tmp_path / f"{node}.json"
+        code, out, _ = run(["explain", "--checkpoint", str(trained / "model.pt"), "--node", str(node),
+                            "--json", str(path)], capsys)
+        ex = json.loads(path.read_text())
+        parts = ex["self_contribution"] + sum(r["contribution"] for r in ex["neighbours"])
+        assert code == 0 and ex["known"] == (node == clamped)
+        assert ex["evidence_margin"] == pytest.approx(parts, abs=1e-4)  # the printed sum is exact
+        if node == free:
+            assert ex["margin"] == pytest.approx(parts, abs=1e-4)
+        else:  # a clamped node's belief is the clamp; the output says so instead of a sum that does not add up
+            assert ex["margin"] > 1000 and "belief is the clamp" in out
+            assert f"{ex['evidence_margin']:+.3f} = own features {ex['self_contribution']:+.3f}" in out
+
+
+def test_quiet_and_verbose_on_every_command(trained, tmp_path, capsys):
+    base = ["train", "--epochs", "2", "--hidden", "8", "--dataset"]
+    g, _ = _graph_folder(tmp_path / "g")
+    code, out, err = run(base + [str(g), "--output", str(tmp_path / "a"), "-q"], capsys)
+    assert code == 0 and err == "" and "test accuracy" in out
+    code, out, err = run(base + [str(g), "--output", str(tmp_path / "b")], capsys)
+    assert code == 0 and "trial 1/1" in err
+    for cmd in (["predict", "--output", str(tmp_path / "p.csv")], ["coupling", "--output", str(tmp_path)],
+                ["explain", "--node", "0"], ["analyze", "degree"]):
+        assert main(cmd[:1] + (cmd[1:2] if cmd[0] == "analyze" else []) + ["-q", "--checkpoint", str(trained / "model.pt")]
+                    + cmd[2 if cmd[0] == "analyze" else 1:]) == 0
+        assert capsys.readouterr().err == ""
+    assert main(["sample-mrf", "--size", "5", "--samples", "1", "--burn-in", "2", "--thin", "1", "-v",
+                 "--output", str(tmp_path / "m")]) == 0
+    assert "torch" in capsys.readouterr().err  # -v: debug messages (versions, options) too
+
+
+def test_no_progress_bars_in_a_redirected_log(tmp_path):
+    g, _ = _graph_folder(tmp_path / "g")
+    exe = Path(sys.executable).with_name("gbpn")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gbpn.cli"]
+    with open(tmp_path / "log", "w") as log:
+        proc = subprocess.run(cmd + ["train", "--dataset", str(g), "--epochs", "30", "--hidden", "8",
+                                     "--output", str(tmp_path / "o")], stdout=log, stderr=subprocess.STDOUT)
+    text = (tmp_path / "log").read_text()
+    assert proc.returncode == 0 and "\r" not in text and "it/s" not in text and text.count("\n") == 2
+
+
+def test_config_reruns_a_recorded_run_exactly(tmp_path, capsys):
+    g, _ = _graph_folder(tmp_path / "g")
+    assert main(["train", "--dataset", str(g), "--epochs", "20", "--hidden", "8", "--trials", "2", "--seed", "4",
+                 "--variant", "gbpn-i", "--output", str(tmp_path / "a"), "-q"]) == 0
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["train"]["dropout"] == 0.3  # resolved by the rule (2 features, 18 training nodes), not null
+    assert cfg["source"]["dataset"] == str(g.resolve())
+    assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--output", str(tmp_path / "b"), "-q"]) == 0
+    strip = lambda m: [{k: v for k, v in t.items() if not k.endswith("_seconds")} for t in m["trials"]]  # noqa: E731
+    a, b = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in "ab")
+    assert strip(a) == strip(b) and len(a["trials"]) == 2
+    out = capsys.readouterr().out
+    assert "±" in out  # two trials: a spread
+
+
+def test_one_trial_reports_no_spread(tmp_path, capsys):
+    g, _ = _graph_folder(tmp_path / "g")
+    code, out, _ = run(["train", "--dataset", str(g), "--epochs", "2", "--hidden", "8", "--output",
+                        str(tmp_path / "o"), "-q"], capsys)
+    assert code == 0 and "over 1 trial(s)" in out and "±" not in out
+
+
+def test_save_trials_keeps_every_checkpoint_and_prediction(tmp_path, capsys):
+    g, _ = _graph_folder(tmp_path / "g")
+    run(["train", "--dataset", str(g), "--epochs", "5", "--hidden", "8", "--trials", "2", "--save-trials",
+         "--output", str(tmp_path / "o"), "-q"], capsys)
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    for t in metrics["trials"]:
+        saved = np.genfromtxt(tmp_path / "o" / t["predictions"], delimiter=",", names=True)
+        code, _, _ = run(["predict", "--checkpoint", str(tmp_path / "o" / t["checkpoint"]), "--output",
+                          str(tmp_path / "p.csv")], capsys)
+        again = np.genfromtxt(tmp_path / "p.csv", delimiter=",", names=True)
+        assert code == 0 and np.allclose(saved["p_0"], again["p_0"], atol=1e-5)
+        assert np.array_equal(saved["known"], again["known"])
+
+
+def test_your_own_splits_are_used_as_trial_mod_s(tmp_path, capsys):
+    g, y = _graph_folder(tmp_path / "g")
+    n = len(y)
+    rng = np.random.default_rng(0)
+    masks = np.zeros((3, 2, n), dtype=bool)
+    for s in range(2):
+        part = rng.permutation(n) % 3  # 0 train, 1 val, 2 test
+        masks[:, s] = part[None] == np.arange(3)[:, None]
+    np.savez(g / "splits.npz", train=masks[0], val=masks[1], test=masks[2])
+    code, _, _ = run(["train", "--dataset", str(g), "--epochs", "2", "--hidden", "8", "--trials", "3",
+                      "--output", str(tmp_path / "o"), "-q"], capsys)
+    assert code == 0
+    for trial, split in ((0, 0), (1, 1), (2, 0)):
+        saved = np.load(tmp_path / "o" / "splits" / f"trial_{trial}.npz")
+        assert np.array_equal(saved["train"], masks[0, split]) and np.array_equal(saved["test"], masks[2, split])
+    np.savez(g / "splits.npz", train=masks[0, 0], val=masks[1, 0])
+    code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "x")], capsys)
+    assert code == 2 and "test" in err and err.count("\n") == 1
+
+
+def test_file_name_mistakes_get_errors_that_name_them(tmp_path, capsys):
+    g, y = _graph_folder(tmp_path / "g", labels=False)
+    np.savetxt(g / "label.csv", y, fmt="%d")  # not labels.csv
+    code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and "no labels file found" in err and "labels.csv" in err
+    code, _, err = run(["train", "--dataset", str(tmp_path / "no" / "such"), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and "no such folder" in err
+
+
+def test_known_labeled_warns_that_test_labels_leak(trained, tmp_path, capsys):
+    code, out, err = run(["predict", "--checkpoint", str(trained / "model.pt"), "--known", "labeled",
+                          "--output", str(tmp_path / "p.csv")], capsys)
+    assert code == 0 and "test node(s)" in err and "--known train" in err
+    code, out, err = run(["predict", "--checkpoint", str(trained / "model.pt"), "--output", str(tmp_path / "p.csv")],
+                         capsys)
+    assert code == 0 and "evidence: train" in out and err == ""
+
+
+def test_checkpoint_remembers_its_data_folder(data_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("GBPN_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--dataset", "election", "--data-dir", data_dir, "--epochs", "2", "--hidden", "8",
+                 "--output", "run", "-q"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, out, err = run(["predict", "--checkpoint", str(tmp_path / "run" / "model.pt")], capsys)
+    assert code == 0 and "evidence: train" in out, err
+    assert (tmp_path / "run" / "predictions.csv").read_text().count("\n") == 3106  # Election: 3105 nodes

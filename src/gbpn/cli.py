@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import io
+import logging
 import os
 import sys
 from pathlib import Path
@@ -12,9 +12,16 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+import gbpn
 from gbpn.errors import GBPNError
 
 DEFAULT_DATASET = "synth-ising+"
+DATA_DIR_HELP = "folder with the raw data (default: $GBPN_DATA, else ~/.cache/gbpn/data)"
+THREADS_HELP = "torch CPU threads (default: 1, measured faster than 2 on a busy 2-core machine; see the README)"
+KNOWN_HELP = ("labels clamped as evidence: none (inductive), train (the checkpoint's training split), labeled "
+              "(every node with a label >= 0: test labels leak into the output if you then score it); "
+              "auto (default): train for gbpn, none for gbpn-i")
+logger = logging.getLogger("gbpn")
 
 
 def _count(low: int):
@@ -33,12 +40,19 @@ def _count(low: int):
 POSITIVE, NON_NEGATIVE = _count(1), _count(0)
 
 
-def _add_data_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", default=DEFAULT_DATASET,
-                   help=f"dataset name or a folder with edges.csv/features.csv[/labels.csv] (default: {DEFAULT_DATASET}, "
-                        "generated here, no download)")
-    p.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA or ~/.cache/gbpn/data)")
-    p.add_argument("--sample", type=int, default=0, help="label sample of a synthetic grid, 0..9 (default: 0)")
+def _add_data_args(p: argparse.ArgumentParser, from_checkpoint: bool = False) -> None:
+    default = "the checkpoint's own" if from_checkpoint else f"{DEFAULT_DATASET}, generated here, no download"
+    p.add_argument("--dataset", default=None if from_checkpoint else DEFAULT_DATASET,
+                   help=f"dataset name or a folder with edges.csv/features.csv[/labels.csv] (default: {default})")
+    p.add_argument("--data-dir", default=None,
+                   help=DATA_DIR_HELP if not from_checkpoint else "folder with the raw data (default: the "
+                        "checkpoint's, else $GBPN_DATA, else ~/.cache/gbpn/data)")
+    p.add_argument("--sample", type=int, default=None if from_checkpoint else 0,
+                   help="label sample of a synthetic grid, 0..9 (default: " + ("the checkpoint's)" if from_checkpoint else "0)"))
+    _add_header_args(p)
+
+
+def _add_header_args(p: argparse.ArgumentParser) -> None:
     h = p.add_mutually_exclusive_group()
     h.add_argument("--header", dest="header", action="store_true", default=None,
                    help="your own folder: the first line of every CSV file is a header")
@@ -47,14 +61,29 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
                         "the files)")
 
 
+def _add_checkpoint_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--checkpoint", required=required, default=None, help="model.pt written by gbpn train")
+    _add_data_args(p, from_checkpoint=True)
+    p.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto", help=KNOWN_HELP)
+
+
 def _add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None:
     """Options of the analyses that train models themselves."""
-    p.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn")
+    p.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
+                   help="gbpn: transductive (conditions on training labels); gbpn-i: inductive (default: gbpn)")
     p.add_argument("--epochs", type=int, default=epochs, help=f"training epochs per model (default: {epochs})")
     p.add_argument("--trials", type=POSITIVE, default=trials, help=f"seeded trials (default: {trials})")
     p.add_argument("--batch-size", type=int, default=256, help="target nodes per mini-batch (default: 256)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
+    p.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
+
+
+def _common() -> argparse.ArgumentParser:
+    """-v/-q, accepted by every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=0, help="debug messages too")
+    common.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress bars")
+    return common
 
 
 def _add_potential_args(p: argparse.ArgumentParser) -> None:
@@ -79,17 +108,29 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.")
+    parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.",
+                                     epilog="Progress bars show on a terminal only; messages go to stderr through "
+                                            "logging, results to stdout.")
+    parser.add_argument("--version", action="version", version=f"gbpn {gbpn.__version__}")
+    common = [_common()]
     sub = parser.add_subparsers(dest="command", required=True)
 
-    t = sub.add_parser("train", help="train and evaluate GBPN / GBPN-I over several seeded trials")
+    t = sub.add_parser("train", parents=common, help="train and evaluate GBPN / GBPN-I over several seeded trials")
+    t.add_argument("--config", default=None,
+                   help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
+                        "hyper-parameter come from it; the options below except --output, --threads, "
+                        "--data-dir and --save-trials are ignored)")
     _add_data_args(t)
     t.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
                    help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only")
     t.add_argument("--steps", "-K", dest="num_steps", type=int, default=5, help="BP steps K (default: 5)")
     t.add_argument("--hidden", type=int, default=256, help="encoder hidden units (default: 256)")
+    t.add_argument("--mlp-layers", dest="num_hidden", type=int, default=2,
+                   help="hidden layers of the mlp potential: 2 is F-256-256-c, 1 is F-256-c (default: 2)")
     _add_potential_args(t)
-    t.add_argument("--dropout", type=float, default=None, help="MLP dropout (default: per dataset, as in the paper)")
+    t.add_argument("--dropout", type=float, default=None,
+                   help="encoder dropout (default: the paper's rule by features per training node: 0.6 above "
+                        "1.5, 0.3 above 0.05, else 0.1; config.json records the value used)")
     t.add_argument("--epochs", type=int, default=500, help="full-batch training steps (default: 500)")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     t.add_argument("--patience", type=int, default=None,
@@ -116,16 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--class-weight", action="store_true", help="weight the loss by inverse class frequency")
     t.add_argument("--trials", type=POSITIVE, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
-    t.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads (default: torch's choice)")
+    t.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     t.add_argument("--output", default=None, help="run folder (default: runs/<dataset>-<variant>-seed<seed>)")
-    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--save-trials", action="store_true",
+                   help="keep every trial's checkpoint (checkpoints/trial_K.pt) and class probabilities of every "
+                        "node (predictions/trial_K.csv), not only the best trial's model.pt")
 
-    p = sub.add_parser("predict", help="per-node class probabilities from a trained checkpoint, as CSV")
-    p.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
-    _add_data_args(p)
-    p.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto",
-                   help="evidence to clamp: none (inductive), train (the checkpoint's training split), labeled "
-                        "(every node with a label >= 0, e.g. your own labels.csv); auto: train for gbpn, none for gbpn-i")
+    p = sub.add_parser("predict", parents=common, help="per-node class probabilities from a trained checkpoint, as CSV")
+    _add_checkpoint_args(p)
     p.add_argument("--steps", "-K", dest="num_steps", type=NON_NEGATIVE, default=None,
                    help="BP steps (default: as trained)")
     p.add_argument("--node-chunk", type=POSITIVE, default=None, help="self-potentials this many nodes at a time")
@@ -134,12 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
                         "(about a quarter of the default's message memory)")
-    p.add_argument("--output", default="predictions.csv", help="CSV to write (default: predictions.csv)")
+    p.add_argument("--output", default=None, help="CSV to write (default: predictions.csv beside the checkpoint)")
 
-    b = sub.add_parser("benchmark", help="grid of models x datasets x trials, resumable, with a Markdown table")
+    b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
     b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
                    help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
-    b.add_argument("--quick", action="store_true", help="2 trials of 100 epochs: a smoke run of a few minutes")
+    b.add_argument("--quick", action="store_true",
+                   help="smoke run: 2 trials of 100 epochs (table2: the 4 reference grids only, 526 s on 2 busy "
+                        "cores)")
     b.add_argument("--models", nargs="+", default=None,
                    help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
@@ -153,14 +194,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=None,
                    help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
                         "baselines with this many target nodes per batch")
-    b.add_argument("--data-dir", default=None, help="folder with the raw data (default: $GBPN_DATA)")
-    b.add_argument("--threads", type=POSITIVE, default=None, help="torch CPU threads")
+    b.add_argument("--metric", default="auto", choices=["auto", "accuracy", "macro_f1", "roc_auc"],
+                   help="model selection on validation for GBPN and the full-batch baselines (LP and C&S: their "
+                        "alphas), reported beside accuracy; auto: roc_auc for binary labels with a minority class "
+                        "under 30%%, accuracy otherwise (default: auto)")
+    b.add_argument("--save-predictions", action="store_true",
+                   help="also write every run's class probabilities on every node (predictions/<dataset>__<model>"
+                        "__<trial>.csv) and each GBPN run's checkpoint (checkpoints/...pt); not for the mini-batch "
+                        "baselines")
+    b.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    b.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
-    b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.add_argument("--table-only", action="store_true", help="rebuild results.csv and table.md from finished runs")
 
-    m = sub.add_parser("sample-mrf", help="sample a synthetic grid MRF data set into the bring-your-own format")
-    m.add_argument("--kind", choices=["ising+", "ising-", "mrf+", "mrf-"], default="ising+")
+    m = sub.add_parser("sample-mrf", parents=common, help="sample a synthetic grid MRF data set into the bring-your-own format")
+    m.add_argument("--kind", choices=["ising+", "ising-", "mrf+", "mrf-"], default="ising+",
+                   help="Ising (2 classes) or Potts-like MRF (3), homophilous (+) or heterophilous (-) (default: ising+)")
     m.add_argument("--size", type=int, default=51, help="grid side n (n x n nodes; default: 51)")
     m.add_argument("--coupling", type=float, nargs="+", default=None,
                    help="coupling H row by row (c*c positive numbers; default: the kind's documented default)")
@@ -168,98 +217,145 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--sample", type=int, default=0, help="which sample becomes labels.csv (default: 0)")
     m.add_argument("--burn-in", type=NON_NEGATIVE, default=1000, help="sweeps discarded first (default: 1000)")
     m.add_argument("--thin", type=POSITIVE, default=100, help="sweeps between samples (default: 100)")
-    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--seed", type=int, default=0, help="seed of the sampler and the features (default: 0)")
     m.add_argument("--output", required=True, help="folder to write edges.csv, features.csv, labels.csv into")
 
-    a = sub.add_parser("analyze", help="figures (PNG, SVG) and the numbers behind them (CSV) for a trained model")
+    a = sub.add_parser("analyze",
+                       help="figures (PNG, SVG) and the numbers behind them (CSV) for a trained model; "
+                            "--output is always a folder")
     asub = a.add_subparsers(dest="analysis", required=True)
-    conv = asub.add_parser("convergence", help="residual and accuracy per BP step; when each node's prediction settles")
-    conv.add_argument("--checkpoint", required=True)
-    _add_data_args(conv)
-    conv.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
+    conv = asub.add_parser("convergence", parents=common,
+                           help="residual and accuracy per BP step; when each node's prediction settles")
+    _add_checkpoint_args(conv)
     conv.add_argument("--steps", type=POSITIVE, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
-    ad = asub.add_parser("degree", help="with --checkpoint: confidence, accuracy and log-likelihood against node "
-                                        "degree; with --fanouts: train 1-hop GBPNs with at most d sampled "
-                                        "neighbours and score them by degree group (paper Figure 5)")
-    ad.add_argument("--checkpoint", default=None)
-    _add_data_args(ad)
-    ad.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
+    ad = asub.add_parser("degree", parents=common,
+                         help="with --checkpoint: confidence, accuracy and log-likelihood against node "
+                              "degree; with --fanouts: train 1-hop GBPNs with at most d sampled "
+                              "neighbours and score them by degree group (paper Figure 5)")
+    ad.add_argument("--checkpoint", default=None, help="model.pt written by gbpn train (confidence by degree)")
+    ad.add_argument("--dataset", default=None,
+                    help=f"dataset name or folder (default: the checkpoint's; with --fanouts: {DEFAULT_DATASET})")
+    ad.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    ad.add_argument("--sample", type=int, default=None, help="label sample of a synthetic grid, 0..9 (default: 0)")
+    _add_header_args(ad)
+    ad.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto", help=KNOWN_HELP)
     ad.add_argument("--fanouts", type=int, nargs="+", default=None,
                     help="maximum sampled neighbours to compare, 0 for all (e.g. 1 2 5 10 20 0)")
     _add_study_args(ad, epochs=100, trials=3)
     ad.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint, "
                                                    "or runs/degree-<dataset> with --fanouts)")
-    asa = asub.add_parser("sampling", help="Exp3 importance sampling against uniform and optimal sampling: "
-                                           "variance ratios per epoch and accuracy (paper appendix B, Figure 7)")
+    asa = asub.add_parser("sampling", parents=common,
+                          help="Exp3 importance sampling against uniform and optimal sampling: "
+                               "variance ratios per epoch and accuracy (paper appendix B, Figure 7)")
     _add_data_args(asa)
     _add_study_args(asa, epochs=100, trials=3)
     asa.add_argument("--fanout", type=int, default=5, help="neighbours drawn per tree node (default: 5)")
     asa.add_argument("--hops", type=int, default=2, help="tree depth (default: 2)")
     asa.add_argument("--exp3-gamma", type=float, default=0.05, help="share of uniform exploration (default: 0.05)")
     asa.add_argument("--output", default=None, help="folder (default: runs/sampling-<dataset>)")
-    ai = asub.add_parser("identifiability", help="learn H on grids sampled with a known H and compare (Figure 3)")
-    ai.add_argument("--kinds", nargs="+", default=["ising+", "ising-", "mrf+", "mrf-"])
-    ai.add_argument("--epochs", type=int, default=500)
-    ai.add_argument("--seed", type=int, default=0)
-    ai.add_argument("--output", default="runs/identifiability")
-    ac = asub.add_parser("coupling", help="heatmap and CSV of the learned H (with the true H for synthetic data)")
-    ac.add_argument("--checkpoint", required=True)
-    ac.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
+    ai = asub.add_parser("identifiability", parents=common,
+                         help="learn H on grids sampled with a known H and compare (Figure 3)")
+    ai.add_argument("--kinds", nargs="+", default=["ising+", "ising-", "mrf+", "mrf-"],
+                    help="grid kinds to sample and learn (default: ising+ ising- mrf+ mrf-)")
+    ai.add_argument("--epochs", type=int, default=500, help="training epochs per grid (default: 500)")
+    ai.add_argument("--seed", type=int, default=0, help="seed of the samplers and the training (default: 0)")
+    ai.add_argument("--output", default="runs/identifiability", help="folder (default: runs/identifiability)")
 
-    e = sub.add_parser("explain", help="why one node got its prediction: own evidence and each neighbour's message")
-    e.add_argument("--checkpoint", required=True)
+    e = sub.add_parser("explain", parents=common,
+                       help="why one node got its prediction: own evidence and each neighbour's message")
+    _add_checkpoint_args(e)
     e.add_argument("--node", type=NON_NEGATIVE, required=True, help="node id (0-based)")
-    _add_data_args(e)
-    e.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto")
     e.add_argument("--top", type=POSITIVE, default=10, help="neighbours to list (default: 10)")
     e.add_argument("--json", default=None, help="also write the full explanation as JSON here")
 
-    c = sub.add_parser("coupling", help="print the learned coupling H and save it as a heatmap")
+    c = sub.add_parser("coupling", parents=common, help="print the learned coupling H; heatmap (PNG, SVG) and CSV")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
-    c.add_argument("--output", default=None, help="PNG path (default: coupling.png beside the checkpoint)")
+    c.add_argument("--output", default=None, help="folder for coupling.png/.svg/.csv (default: the checkpoint's)")
     return parser
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None) is not None:  # argparse checked it is positive
+        torch.set_num_threads(args.threads)
+
+
+def _recorded_run(path: str) -> tuple:
+    """``(dataset, data_dir, sample, seed, trials, TrainConfig)`` of a run's ``config.json``."""
+    import dataclasses
+
+    from gbpn.config import TrainConfig
+    from gbpn.io import read_json
+
+    try:
+        rec = read_json(path)
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = sorted(set(rec["train"]) - fields)
+        if unknown:
+            raise GBPNError(f"{path} sets options this version does not know: {', '.join(unknown)}")
+        source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
+        return (source["dataset"], source["data_dir"], rec.get("sample", 0), rec["seed"], rec["trials"],
+                TrainConfig(**rec["train"]))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise GBPNError(f"{path} is not a run's config.json ({type(err).__name__}: {err})") from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from gbpn.config import TrainConfig
     from gbpn.experiments.runner import run_trials
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    config = TrainConfig(
-        variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, dropout=args.dropout,
-        epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr, weight_decay=args.weight_decay,
-        degree_weight=not args.no_degree_weight, warmup=args.warmup, damping=args.damping,
-        precision=args.precision, batch_size=args.batch_size, fanout=args.fanout, num_hops=args.hops,
-        edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
-        exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device, potential=args.potential,
-        potential_hops=args.potential_hops, potential_layers=args.potential_layers, residual=args.residual,
-        layer_norm=args.layer_norm, separate=not args.no_separate, metric=args.metric,
-    )
-    name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
-    potential = "" if args.potential == "mlp" else f"-{args.potential}"
-    output = args.output or f"runs/{name}-{args.variant}{potential}-seed{args.seed}"
-    result = run_trials(args.dataset, config, args.trials, args.seed, output, args.data_dir, args.sample,
-                        progress=not args.quiet, log=lambda m: print(m, file=sys.stderr), header=args.header)
+    _set_threads(args)
+    if args.config:
+        dataset, data_dir, sample, seed, trials, config = _recorded_run(args.config)
+        data_dir = args.data_dir or data_dir
+    else:
+        dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
+        config = TrainConfig(
+            variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, num_hidden=args.num_hidden,
+            dropout=args.dropout, epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr,
+            weight_decay=args.weight_decay, degree_weight=not args.no_degree_weight, warmup=args.warmup,
+            damping=args.damping, precision=args.precision, batch_size=args.batch_size, fanout=args.fanout,
+            num_hops=args.hops, edge_chunk=args.edge_chunk, class_weight=args.class_weight, sampler=args.sampler,
+            exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device, potential=args.potential,
+            potential_hops=args.potential_hops, potential_layers=args.potential_layers, residual=args.residual,
+            layer_norm=args.layer_norm, separate=not args.no_separate, metric=args.metric,
+        )
+    name = Path(dataset).name if os.path.isdir(dataset) else dataset
+    potential = "" if config.potential == "mlp" else f"-{config.potential}"
+    output = args.output or f"runs/{name}-{config.variant}{potential}-seed{seed}"
+    result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=not args.quiet,
+                        header=args.header, save_trials=args.save_trials)
     s = result["summary"]
-    f1 = f", illicit-class F1 {100 * s['test_f1_mean']:.2f} ± {100 * s['test_f1_std']:.2f}" if "test_f1_mean" in s else ""
-    if "test_roc_auc_mean" in s:
-        f1 += f", ROC AUC {100 * s['test_roc_auc_mean']:.2f} ± {100 * s['test_roc_auc_std']:.2f}"
-    print(f"{name} {args.variant}: test accuracy {100 * s['test_accuracy_mean']:.2f} ± "
-          f"{100 * s['test_accuracy_std']:.2f}{f1} over {s['num_trials']} trial(s); run saved in {output}")
+    print(f"{name} {config.variant}: test accuracy {_mean_std(s, 'test_accuracy')}"
+          + (f", illicit-class F1 {_mean_std(s, 'test_f1')}" if "test_f1_mean" in s else "")
+          + (f", ROC AUC {_mean_std(s, 'test_roc_auc')}" if "test_roc_auc_mean" in s else "")
+          + f" over {s['num_trials']} trial(s); run saved in {output}")
     return 0
 
 
+def _mean_std(summary: dict, key: str) -> str:
+    """``85.70 ± 1.40`` in per cent; no ± for one trial, where there is no spread to report."""
+    mean = f"{100 * summary[f'{key}_mean']:.2f}"
+    return mean if summary["num_trials"] < 2 else f"{mean} ± {100 * summary[f'{key}_std']:.2f}"
+
+
 def _checkpoint_and_data(args: argparse.Namespace):
-    """The checkpoint's model, its metadata, the graph checked against it, the split and the evidence mask."""
+    """The checkpoint's model, its metadata, the graph checked against it, the split and the evidence mask.
+
+    The graph is the one the checkpoint was trained on unless ``--dataset`` names another."""
     from gbpn.data.datasets import load_dataset
     from gbpn.data.splits import split_from_record
     from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, header=args.header)
+    source = meta.get("source") or {}
+    dataset = args.dataset or source.get("dataset") or meta.get("dataset")
+    if dataset is None:
+        raise GBPNError(f"{args.checkpoint} does not record its data set: give --dataset")
+    data_dir = args.data_dir or source.get("data_dir")
+    sample = args.sample if args.sample is not None else (meta.get("sample", 0) if not args.dataset else 0)
+    data = load_dataset(dataset, data_dir, sample=sample, header=args.header)
     if data.num_features != model.in_channels:
         raise GBPNError(f"the graph has {data.num_features} features per node but the checkpoint expects "
                         f"{model.in_channels}")
@@ -274,12 +370,15 @@ def _checkpoint_and_data(args: argparse.Namespace):
         mask = masks[0]
     elif known == "labeled":
         mask = data.y >= 0
+        if masks is not None and bool((mask & masks[2]).any()):
+            logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
+                           "the checkpoint's split: scoring this output on them measures nothing (use --known train)")
     return model, meta, data, masks, mask, known
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
-    from gbpn.io import atomic_write
+    from gbpn.io import write_predictions
     from gbpn.training import predict
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
@@ -287,22 +386,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
                     message_dtype=torch.bfloat16 if args.half_messages else None).exp().cpu().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    pred = probs.argmax(1)
-    is_known = mask.numpy() if mask is not None else np.zeros(len(pred), dtype=bool)
-
-    def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
-        line = io.StringIO()
-        csv.writer(line, lineterminator="").writerow([name])
-        return line.getvalue()
-
-    header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in names])
-    # whole columns at once: a Python loop per row is minutes at millions of nodes
-    cols = np.column_stack([np.arange(len(pred)).astype(str), np.asarray([quoted(n) for n in names])[pred],
-                            is_known.astype(int).astype(str), np.char.mod("%.6g", probs)])
-    buf = io.StringIO()
-    np.savetxt(buf, cols, fmt="%s", delimiter=",", header=header, comments="")
-    atomic_write(args.output, lambda fh: fh.write(buf.getvalue()))
-    print(f"wrote class probabilities of {len(pred)} nodes to {args.output} (evidence: {known})")
+    output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
+    write_predictions(output, probs, names, mask.numpy() if mask is not None else np.zeros(len(probs), dtype=bool))
+    print(f"wrote class probabilities of {len(probs)} nodes to {output} (evidence: {known})")
     return 0
 
 
@@ -322,7 +408,7 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
     print(" " * width + "".join(f"{n:>{width}}" for n in names))
     for n, row in zip(names, H):
         print(f"{n:>{width}}" + "".join(f"{v:>{width}.3f}" for v in row))
-    out = Path(args.output or Path(args.checkpoint).with_name("coupling.png"))
+    out = Path(args.output or Path(args.checkpoint).parent) / "coupling.png"
     panels = {f"learned ({meta.get('variant', '')})": H}
     true_H = meta.get("true_coupling")
     if true_H is not None:
@@ -341,13 +427,13 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    _set_threads(args)
+    log = logger.info
     if args.preset:
         output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
         table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
-                           progress=not args.quiet, log=log, table_only=args.table_only)
+                           progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
+                           save_predictions=args.save_predictions)
     else:
         if not args.models or not args.datasets:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
@@ -357,7 +443,8 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
             raise GBPNError("--batch-size must be positive")
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
-                         batch_size=args.batch_size, patience=args.patience)
+                         batch_size=args.batch_size, patience=args.patience, metric=args.metric,
+                         save_predictions=args.save_predictions)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0
@@ -399,8 +486,6 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    if args.analysis == "coupling":
-        return _cmd_coupling(args)
     if args.analysis == "identifiability":
         from gbpn.experiments.coupling import identifiability
 
@@ -452,11 +537,11 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
     from gbpn.experiments import sampling
     from gbpn.io import versions, write_json
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    _set_threads(args)
     if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, header=args.header)
+    args.dataset = args.dataset or DEFAULT_DATASET
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample or 0, header=args.header)
     name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")
@@ -508,21 +593,36 @@ COMMANDS = {"train": _cmd_train, "analyze": _cmd_analyze, "explain": _cmd_explai
             "benchmark": _cmd_benchmark, "sample-mrf": _cmd_sample_mrf}
 
 
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    """Messages of the ``gbpn`` loggers to stderr: warnings with -q, info by default, debug with -v."""
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)  # the stderr of this call (tests swap it)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose, args.quiet)
+    logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+                 f"{vars(args)}")
     try:
         return COMMANDS[args.command](args)
     except GBPNError as err:
-        print(f"gbpn {args.command}: error: {err}", file=sys.stderr)
+        logger.error(f"gbpn {args.command}: error: {err}")
         return 2
     except KeyboardInterrupt:
-        print(f"gbpn {args.command}: interrupted; rerun the same command to resume", file=sys.stderr)
+        logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
         return 130
     except Exception as err:  # a bug, not a user error: one line, full trace on request
         if os.environ.get("GBPN_DEBUG"):
             raise
-        print(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
-              "(set GBPN_DEBUG=1 for the traceback)", file=sys.stderr)
+        logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
+                     "(set GBPN_DEBUG=1 for the traceback)")
         return 1
 
 

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from gbpn.errors import GBPNError
@@ -61,6 +62,26 @@ def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
         w = csv.DictWriter(buf, fieldnames=list(rows[0]), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray) -> None:
+    """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically)."""
+    import csv
+    import io
+
+    def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
+        line = io.StringIO()
+        csv.writer(line, lineterminator="").writerow([name])
+        return line.getvalue()
+
+    pred = probs.argmax(1)
+    header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in class_names])
+    # whole columns at once: a Python loop per row is minutes at millions of nodes
+    cols = np.column_stack([np.arange(len(pred)).astype(str), np.asarray([quoted(n) for n in class_names])[pred],
+                            known.astype(int).astype(str), np.char.mod("%.6g", probs)])
+    buf = io.StringIO()
+    np.savetxt(buf, cols, fmt="%s", delimiter=",", header=header, comments="")
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 

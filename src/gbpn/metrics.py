@@ -71,7 +71,7 @@ def default_metric(y: Tensor, num_classes: int, mask: Tensor = None) -> str:
 
 
 def standard_error(metric: str, value: float, y: Tensor) -> float:
-    """Standard error of a ``metric`` of ``value`` measured on the labels ``y``: binomial
+    r"""Standard error of a ``metric`` of ``value`` measured on the labels ``y``: binomial
     :math:`\sqrt{p(1-p)/n}` for accuracy (and, as an approximation, macro-F1); Hanley & McNeil
     (1982) for ROC AUC with the positive class 1."""
     if value != value or y.numel() == 0:

@@ -86,7 +86,7 @@ def train_with_selection(
     best_state, best_out = None, None
     history: List[Dict[str, float]] = []
     start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
+    bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
     for epoch in bar:
         model.train()
         loss = train_epoch(epoch)
@@ -346,7 +346,7 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     num_classes = int(data.num_classes)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    dropout = config.dropout if config.dropout is not None else default_dropout(getattr(data, "name", ""))
+    dropout = config.dropout if config.dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
     model = GBPN(**model_args(data.num_features, num_classes, config, dropout))
     if config.coupling_init == "empirical":
         with torch.no_grad():

@@ -51,7 +51,7 @@ def _fixed_point_residual(layer, log_phi, ei):
     n, c = log_phi.shape
     rev = reverse_edge_index(ei, n)
     log_H = layer.log_H
-    log_b = layer(log_phi, ei, rev)
+    log_b = layer(log_phi, ei, rev_index=rev)
     # rebuild the converged messages from the beliefs: m_ij ∝ Σ_a H[a,b] p_i(a) / m_ji(a) needs the messages,
     # so iterate the plain E×c×c update from the layer's beliefs until it is stationary
     log_m = torch.full((ei.size(1), c), -torch.log(torch.tensor(float(c))), dtype=log_phi.dtype)
@@ -167,7 +167,7 @@ def test_permuting_the_edge_list_does_not_change_beliefs():
     perm = torch.randperm(ei.size(1), generator=torch.Generator().manual_seed(1))
     ei_p = ei[:, perm]
     rev_p = reverse_edge_index(ei_p, 5)
-    torch.testing.assert_close(layer(log_phi, ei_p, rev_p), base)
+    torch.testing.assert_close(layer(log_phi, ei_p, rev_index=rev_p), base)
 
 
 @pytest.mark.parametrize("seed", range(3))

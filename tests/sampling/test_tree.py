@@ -50,7 +50,7 @@ def test_bp_on_the_full_computation_tree_equals_loopy_bp_at_the_roots():
     layer = BeliefPropagation(3, num_steps=3).double()
     with torch.no_grad():
         layer.coupling.weight.normal_()
-    graph_beliefs = layer(log_phi, ei, reverse_edge_index(ei, n))
+    graph_beliefs = layer(log_phi, ei, rev_index=reverse_edge_index(ei, n))
     tree = sample_tree(CSRGraph.from_edge_index(ei, n), torch.arange(n), num_hops=3, fanout=None)
-    tree_beliefs = layer(log_phi[tree.node_map], tree.edge_index, tree.rev_index)
+    tree_beliefs = layer(log_phi[tree.node_map], tree.edge_index, rev_index=tree.rev_index)
     torch.testing.assert_close(tree_beliefs[:n], graph_beliefs)

@@ -2,8 +2,8 @@
 
 ``fit_baseline(name, data, masks)`` trains one baseline full-batch with AdamW
 (lr 1e-3, weight decay 2.5e-4, 500 steps by default), keeps the epoch with the best
-validation accuracy and returns its metrics. Dropout defaults to the per-dataset value
-of :func:`gbpn.config.default_dropout`.
+validation accuracy and returns its metrics. Dropout defaults to the paper's rule
+(feature count against training nodes, :func:`gbpn.config.default_dropout`).
 
 ========  ==============================================================
 ``mlp``   :class:`gbpn.nn.model.MLP`, 2 hidden layers
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -33,12 +33,14 @@ from gbpn.baselines.gnn import GAT, GCN, SAGE
 from gbpn.baselines.propagation import CorrectSmoothModel, LabelPropagationModel
 from gbpn.baselines.training import (
     Masks,
+    better,
     csr_adjacency,
     split_metrics,
     train_full_batch,
 )
 from gbpn.config import default_dropout
 from gbpn.errors import GBPNError
+from gbpn.metrics import METRICS, default_metric
 from gbpn.nn.model import MLP
 from gbpn.training import prepare_features
 
@@ -69,33 +71,47 @@ def _check_masks(masks: Sequence[Tensor], num_nodes: int) -> Masks:
     return out  # type: ignore[return-value]
 
 
-def _fit_lp(data: Data, masks: Masks, alphas: Sequence[float] = LP_ALPHAS, num_layers: int = 50) -> Dict[str, float]:
-    """LP from the training labels; ``alpha`` chosen on validation accuracy."""
+def _normalised(scores: Tensor) -> Tensor:
+    """LP / C&S scores as per-node class probabilities: non-negative rows scaled to sum 1 (uniform
+    where a node received no score)."""
+    scores = scores.clamp_min(0)
+    total = scores.sum(-1, keepdim=True)
+    return torch.where(total > 0, scores / total.clamp_min(torch.finfo(scores.dtype).tiny),
+                       torch.full_like(scores, 1.0 / scores.size(-1)))
+
+
+def _fit_lp(data: Data, masks: Masks, metric: str, alphas: Sequence[float] = LP_ALPHAS,
+            num_layers: int = 50) -> Dict[str, float]:
+    """LP from the training labels; ``alpha`` chosen on the validation ``metric``."""
     start = time.perf_counter()
     model = LabelPropagationModel(_num_classes(data), num_layers=num_layers)
     best = None
     for alpha in alphas:
         model.alpha = alpha
-        row = {"alpha": alpha, **split_metrics(model(data.y, data.edge_index, masks[0]), data.y, masks)}
-        if best is None or row["val_accuracy"] > best["val_accuracy"]:
+        scores = model(data.y, data.edge_index, masks[0])
+        row = {"alpha": alpha, **split_metrics(scores, data.y, masks, metric), "_probs": _normalised(scores)}
+        if better(row, best, metric):
             best = row
     return {**best, "best_epoch": 0, "train_seconds": time.perf_counter() - start}
 
 
 def _fit_cs(
     mlp: MLP, x: Tensor, data: Data, masks: Masks, epochs: int, lr: float, weight_decay: float, progress: bool,
-    patience: Optional[int] = None,
+    patience: Optional[int] = None, metric: str = "accuracy",
 ) -> Dict[str, float]:
-    """Train the MLP, then Correct & Smooth its probabilities; alphas chosen on validation accuracy."""
-    base, out = train_full_batch(mlp, lambda: mlp(x), data.y, masks, epochs, lr, weight_decay, progress, "cs/mlp", patience)
+    """Train the MLP, then Correct & Smooth its probabilities; alphas chosen on the validation ``metric``."""
+    base, out = train_full_batch(mlp, lambda: mlp(x), data.y, masks, epochs, lr, weight_decay, progress, "cs/mlp",
+                                 patience, metric)
     start = time.perf_counter()
     probs = F.softmax(out, dim=-1)
     cs = CorrectSmoothModel()
     best = None
     for a1, a2 in itertools.product(CS_ALPHAS, CS_ALPHAS):
         cs.set_alphas(a1, a2)
-        row = {"correction_alpha": a1, "smoothing_alpha": a2, **split_metrics(cs(probs, data.y, masks[0], data.edge_index), data.y, masks)}
-        if best is None or row["val_accuracy"] > best["val_accuracy"]:
+        scores = cs(probs, data.y, masks[0], data.edge_index)
+        row = {"correction_alpha": a1, "smoothing_alpha": a2, **split_metrics(scores, data.y, masks, metric),
+               "_probs": _normalised(scores)}
+        if better(row, best, metric):
             best = row
     best["best_epoch"] = base["best_epoch"]
     best["train_seconds"] = base["train_seconds"] + time.perf_counter() - start
@@ -115,7 +131,9 @@ def fit_baseline(
     hidden: int = 256,
     progress: bool = False,
     patience: Optional[int] = None,
-) -> Dict[str, float]:
+    metric: str = "accuracy",
+    return_probs: bool = False,
+) -> Union[Dict[str, float], Tuple[Dict[str, float], Tensor]]:
     """Train and evaluate one baseline on ``data`` with the given split.
 
     Args:
@@ -129,8 +147,12 @@ def fit_baseline(
         dropout: ``None`` for the per-dataset default of the paper.
         hidden: hidden width (GAT: total over its 4 heads).
         progress: show a progress bar.
-        patience: stop after this many epochs without a better validation accuracy
+        patience: stop after this many epochs without a better validation score
             (``epochs`` becomes a ceiling; GMNN keeps its fixed EM schedule).
+        metric: the model-selection criterion and reported score besides accuracy, one of
+            :data:`gbpn.metrics.METRICS` or ``"auto"`` (:func:`gbpn.metrics.default_metric`).
+        return_probs: also return the selected model's class probabilities ``[N, c]`` on every
+            node (LP, C&S: their scores normalised per node).
 
     Returns:
         ``train_accuracy``, ``val_accuracy``, ``test_accuracy`` (fractions) of the
@@ -146,25 +168,44 @@ def fit_baseline(
     if dropout is not None and not 0 <= dropout < 1:
         raise GBPNError(f"dropout must be in [0, 1), got {dropout}")
     masks = _check_masks(masks, data.num_nodes)
-    dropout = dropout if dropout is not None else default_dropout(getattr(data, "name", "") or "")
+    if metric == "auto":
+        metric = default_metric(data.y, _num_classes(data), masks[0])
+    if metric not in METRICS:
+        raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
+    dropout = dropout if dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
     torch.manual_seed(seed)
-    extra = {"baseline": key, "dropout": dropout}
+    extra = {"baseline": key, "dropout": dropout, **({"metric": metric} if metric != "accuracy" else {})}
     if key == "lp":
-        return {**_fit_lp(data, masks), **extra}
+        metrics = _fit_lp(data, masks, metric)
+    else:
+        metrics = _fit_trained(key, data, masks, epochs, lr, weight_decay, dropout, hidden, progress, patience,
+                               metric, seed)
+    probs = metrics.pop("_probs")
+    metrics = {**metrics, **extra}
+    return (metrics, probs) if return_probs else metrics
 
+
+def _fit_trained(key: str, data: Data, masks: Masks, epochs: int, lr: float, weight_decay: float, dropout: float,
+                 hidden: int, progress: bool, patience: Optional[int], metric: str, seed: int) -> Dict:
+    """The baselines with trained weights; their metrics and ``_probs``, the selected model's output."""
     c = _num_classes(data)
     x = prepare_features(data.x)
     ei, y = data.edge_index, data.y
     f_in = data.num_features
     if key == "cs":
-        return {**_fit_cs(MLP(f_in, hidden, c, 2, dropout), x, data, masks, epochs, lr, weight_decay, progress, patience), **extra}
+        return _fit_cs(MLP(f_in, hidden, c, 2, dropout), x, data, masks, epochs, lr, weight_decay, progress, patience,
+                       metric)
     # GCN, SAGE and GMNN run on a sparse adjacency; GAT needs per-edge attention and
     # DAGNN builds its own normalised one.
     adj = csr_adjacency(ei, data.num_nodes)
     if key == "gmnn":
         model = GMNN(f_in, c, hidden, dropout, cached=True)
         gen = torch.Generator().manual_seed(seed + 1)
-        return {**fit_gmnn(model, x, adj, y, masks, epochs, lr, weight_decay, generator=gen, progress=progress), **extra}
+        metrics = fit_gmnn(model, x, adj, y, masks, epochs, lr, weight_decay, generator=gen, progress=progress,
+                           metric=metric)
+        model.eval()
+        with torch.no_grad():  # fit_gmnn leaves q at its best-validation parameters
+            return {**metrics, "_probs": F.softmax(model.q(x, adj), dim=-1)}
 
     builders: Dict[str, Callable[[], torch.nn.Module]] = {
         "mlp": lambda: MLP(f_in, hidden, c, 2, dropout),
@@ -175,5 +216,5 @@ def fit_baseline(
     }
     model = builders[key]()
     forward = (lambda: model(x)) if key == "mlp" else (lambda: model(x, ei if key in ("gat", "dagnn") else adj))
-    metrics, _ = train_full_batch(model, forward, y, masks, epochs, lr, weight_decay, progress, key, patience)
-    return {**metrics, **extra}
+    metrics, out = train_full_batch(model, forward, y, masks, epochs, lr, weight_decay, progress, key, patience, metric)
+    return {**metrics, "_probs": F.softmax(out, dim=-1)}

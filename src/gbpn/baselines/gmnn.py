@@ -177,6 +177,7 @@ def fit_gmnn(
     pretrain_fraction: float = 0.4,
     generator: Optional[torch.Generator] = None,
     progress: bool = False,
+    metric: str = "accuracy",
 ) -> Dict[str, float]:
     """Pre-training plus ``em_rounds`` rounds of (M-step on p, E-step on q), ``epochs`` steps in all.
 
@@ -198,7 +199,7 @@ def fit_gmnn(
     best_q = copy.deepcopy(model.q.state_dict())
     step = 0
     start = time.perf_counter()
-    bar = tqdm(total=pre_steps + 2 * em_rounds * phase_steps, desc="gmnn", disable=not progress, leave=False)
+    bar = tqdm(total=pre_steps + 2 * em_rounds * phase_steps, desc="gmnn", disable=None if progress else True, leave=False)
 
     def q_step(target: Tensor, idx: Tensor, phase: str) -> None:
         nonlocal best, best_q, step
@@ -209,8 +210,8 @@ def fit_gmnn(
         opt_q.step()
         model.q.eval()
         with torch.no_grad():
-            row = {"epoch": step, "phase": phase, **split_metrics(model.q(x, edge_index), y, masks)}
-        if better(row, best):
+            row = {"epoch": step, "phase": phase, **split_metrics(model.q(x, edge_index), y, masks, metric)}
+        if better(row, best, metric):
             best, best_q = row, copy.deepcopy(model.q.state_dict())
         step += 1
         bar.update()
@@ -245,9 +246,7 @@ def fit_gmnn(
     elapsed = time.perf_counter() - start
     model.q.load_state_dict(best_q)
     metrics = {
-        "train_accuracy": best["train_accuracy"],
-        "val_accuracy": best["val_accuracy"],
-        "test_accuracy": best["test_accuracy"],
+        **{k: v for k, v in best.items() if k.startswith(("train_", "val_", "test_"))},
         "best_epoch": best["epoch"],
         "best_phase": best["phase"],
         "train_seconds": elapsed,

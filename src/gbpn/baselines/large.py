@@ -62,7 +62,11 @@ def metis_clusters(graph: CSRGraph, num_parts: int) -> Tensor:
         raise GBPNError("cluster-gcn needs pymetis: pip install pymetis (or pip install 'gbpn[scale]')") from None
     if num_parts <= 1:
         return torch.zeros(graph.num_nodes, dtype=torch.long)
-    _, membership = pymetis.part_graph(num_parts, xadj=graph.rowptr.numpy(), adjncy=graph.col.numpy())
+    if hasattr(pymetis, "CSRAdjacency"):  # newer pymetis deprecates the xadj/adjncy keywords
+        adjacency = pymetis.CSRAdjacency(adj_starts=graph.rowptr.numpy(), adjacent=graph.col.numpy())
+        _, membership = pymetis.part_graph(num_parts, adjacency=adjacency)
+    else:
+        _, membership = pymetis.part_graph(num_parts, xadj=graph.rowptr.numpy(), adjncy=graph.col.numpy())
     return torch.as_tensor(membership, dtype=torch.long)
 
 

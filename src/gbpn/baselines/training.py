@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import to_torch_csr_tensor
 
-from gbpn.metrics import accuracy
+from gbpn.metrics import accuracy, score
 from gbpn.nn.model import dropout as _dropout
 from gbpn.training import optimizer_step, train_with_selection
 
@@ -45,19 +45,19 @@ def soft_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
     return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
 
 
-def split_metrics(out: Tensor, y: Tensor, masks: Masks) -> Dict[str, float]:
-    """Accuracy of ``out.argmax(-1)`` on the train / validation / test masks."""
-    train_mask, val_mask, test_mask = masks
-    return {
-        "train_accuracy": accuracy(out, y, train_mask),
-        "val_accuracy": accuracy(out, y, val_mask),
-        "test_accuracy": accuracy(out, y, test_mask),
-    }
+def split_metrics(out: Tensor, y: Tensor, masks: Masks, metric: str = "accuracy") -> Dict[str, float]:
+    """Accuracy of ``out.argmax(-1)`` on the train / validation / test masks, and ``metric``
+    (:func:`gbpn.metrics.score`) there too when it is another one."""
+    out_metrics = {f"{split}_accuracy": accuracy(out, y, m) for split, m in zip(("train", "val", "test"), masks)}
+    if metric != "accuracy":
+        out_metrics.update({f"{split}_{metric}": score(metric, out, y, m)
+                            for split, m in zip(("train", "val", "test"), masks)})
+    return out_metrics
 
 
-def better(row: Dict[str, float], best: Optional[Dict[str, float]]) -> bool:
-    """Strictly higher validation accuracy than ``best`` (``None``: always)."""
-    return best is None or row["val_accuracy"] > best["val_accuracy"]
+def better(row: Dict[str, float], best: Optional[Dict[str, float]], metric: str = "accuracy") -> bool:
+    """Strictly higher validation ``metric`` than ``best`` (``None``: always)."""
+    return best is None or row[f"val_{metric}"] > best[f"val_{metric}"]
 
 
 def train_full_batch(
@@ -71,8 +71,10 @@ def train_full_batch(
     progress: bool = False,
     desc: str = "baseline",
     patience: Optional[int] = None,
+    metric: str = "accuracy",
 ) -> Tuple[Dict[str, float], Tensor]:
-    """Full-batch AdamW on the NLL of the training nodes; keep the best validation epoch.
+    """Full-batch AdamW on the NLL of the training nodes; keep the best validation epoch
+    (by ``metric``, see :func:`gbpn.training.train_with_selection`).
 
     Args:
         model: the network; its parameters are optimised and, at the end, reset
@@ -91,5 +93,5 @@ def train_full_batch(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     metrics, best_out, _ = train_with_selection(
         model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
-        lambda epoch: forward(), y, masks, epochs, progress, desc, patience)
+        lambda epoch: forward(), y, masks, epochs, progress, desc, patience, metric)
     return metrics, best_out

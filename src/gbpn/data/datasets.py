@@ -440,11 +440,36 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
         f"readings fit ({lines}); pass --header or --no-header")
 
 
-def _find(folder: Path, stem: str) -> Optional[Path]:
+def find_byo_file(folder: Path, stem: str) -> Optional[Path]:
+    """The file ``stem`` of a bring-your-own folder (``.npy``, ``.csv``, ``.txt`` or ``.tsv``), or ``None``."""
     for ext in (".npy", ".csv", ".txt", ".tsv"):
         if (folder / (stem + ext)).is_file():
             return folder / (stem + ext)
     return None
+
+
+def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
+    """``splits.npz`` as ``[3, S, N]`` boolean masks (train, val, test)."""
+    try:
+        z = np.load(path, allow_pickle=False)
+        masks = [np.asarray(z[k]) for k in ("train", "val", "test")]
+    except KeyError as err:
+        raise GBPNError(f"{path} must hold the boolean masks train, val and test; {err} is missing") from None
+    except (OSError, ValueError) as err:
+        raise GBPNError(f"could not read {path}: {err}") from None
+    masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in masks]
+    shapes = {m.shape for m in masks}
+    if len(shapes) != 1 or masks[0].ndim != 2 or masks[0].shape[1] != num_nodes:
+        raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] with N = {num_nodes} nodes, "
+                        f"got {', '.join(str(m.shape) for m in masks)}")
+    if any(m.dtype != np.bool_ and not np.isin(m, (0, 1)).all() for m in masks):
+        raise GBPNError(f"{path}: masks must be boolean (or 0/1)")
+    out = torch.from_numpy(np.stack(masks).astype(bool))
+    if bool((out.sum(0) > 1).any()):
+        raise GBPNError(f"{path}: a node is in more than one of train, val and test in the same split")
+    if bool((out[0].sum(-1) == 0).any()):
+        raise GBPNError(f"{path}: some split has no training node")
+    return out
 
 
 def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
@@ -455,7 +480,10 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     * ``features.csv``: one row per node, one column per feature;
     * ``labels.csv`` (optional): one integer per node, ``0..c-1``, or ``-1`` if unknown;
     * ``class_names.txt`` (optional): one class name per line; labels must then lie in
-      ``0..len(names)-1``.
+      ``0..len(names)-1``;
+    * ``splits.npz`` (optional): boolean masks ``train``, ``val`` and ``test``, each ``[N]`` (one
+      split) or ``[S, N]`` (``S`` splits, trial ``k`` uses split ``k mod S``), like the public
+      splits of the built-in data sets; without it every trial draws a random split.
 
     ``header``: ``True`` if the first line of every CSV file is a header, ``False`` if a first
     line of numbers is data (a line of names is a header all the same), ``None`` (default) to tell: a first line of names is a header, one of numbers is data,
@@ -465,7 +493,7 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     asks for ``header``.
     """
     folder = Path(folder)
-    paths: Dict[str, Optional[Path]] = {stem: _find(folder, stem) for stem in BYO_FILES}
+    paths: Dict[str, Optional[Path]] = {stem: find_byo_file(folder, stem) for stem in BYO_FILES}
     missing = [s for s in ("edges", "features") if paths[s] is None]
     if missing:
         raise DatasetNotFoundError(
@@ -490,6 +518,12 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
         data.y = torch.from_numpy(y.astype(np.int64))
         known = y[y >= 0]
         data.num_classes = int(known.max()) + 1 if known.size else 0
+    if (folder / "splits.npz").is_file():
+        data.public_splits = _read_splits(folder / "splits.npz", x.shape[0])
+        in_split = data.public_splits.any(0).any(0)
+        unlabelled = in_split & (data.y < 0) if "labels" in rows else in_split
+        if bool(unlabelled.any()):
+            raise GBPNError(f"{folder / 'splits.npz'} puts {int(unlabelled.sum())} node(s) without a label in a split")
     names = folder / "class_names.txt"
     if names.is_file():
         data.class_names = [s.strip() for s in names.read_text().splitlines() if s.strip()]
@@ -547,6 +581,9 @@ def load_dataset(
     elif Path(name).expanduser().is_dir():
         data = load_byo(Path(name).expanduser(), header)
         key = Path(name).name
+    elif "/" in name or os.sep in name or name.startswith((".", "~")):
+        raise GBPNError(f"no such folder: {name} (a bring-your-own data set is a folder with edges.csv and "
+                        "features.csv)")
     else:
         raise GBPNError(
             f"unknown dataset {name!r}: choose one of {', '.join(available_datasets())}, "

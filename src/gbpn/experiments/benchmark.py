@@ -29,8 +29,9 @@ from gbpn.config import TrainConfig
 from gbpn.data.datasets import load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
-from gbpn.io import atomic_write, read_json, versions, write_json
-from gbpn.training import fit
+from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
+from gbpn.io import atomic_write, read_json, versions, write_json, write_predictions
+from gbpn.training import TrialResult, fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
@@ -55,6 +56,8 @@ PRESETS: Dict[str, Dict] = {
         "datasets": ["ising+", "ising-", "mrf+", "mrf-", "synth-ising+", "synth-ising-", "synth-mrf+", "synth-mrf-"],
         "trials": 10,
         "epochs": 500,
+        # --quick: the reference grids only; sampling the synth-* grids alone takes minutes
+        "quick": {"datasets": ["ising+", "ising-", "mrf+", "mrf-"]},
     },
     "table3": {
         "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn", "gbpn:auto"],
@@ -76,28 +79,32 @@ QUICK = {"trials": 2, "epochs": 100}
 
 
 def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None,
-            patience: Optional[int] = None) -> Dict:
+            patience: Optional[int] = None, metric: str = "auto", keep: bool = False):
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
-    runs early."""
+    runs early. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.training.TrialResult`,
+    a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines."""
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
-                         patience=patience)
+                         patience=patience, metric=metric)
     if config is not None:
-        metrics = fit(data, config, seed=seed, masks=masks).metrics
+        res = fit(data, config, seed=seed, masks=masks)
+        metrics = dict(res.metrics)
         # flatten the candidates of --potential auto into numeric columns (the choice stays a name)
         for cand in metrics.pop("auto_candidates", []):
             for k, v in cand.items():
                 if k != "potential":
                     metrics[f"{cand['potential']}__{k}"] = v
-        return metrics
+        return (metrics, res) if keep else metrics
     if model in BASELINE_MODELS:
         from gbpn.baselines import fit_baseline
 
-        return fit_baseline(model, data, masks, seed=seed, epochs=epochs, patience=patience)
+        return fit_baseline(model, data, masks, seed=seed, epochs=epochs, patience=patience, metric=metric,
+                            return_probs=keep)
     if model in LARGE_MODELS:
         from gbpn.baselines.large import fit_large_baseline
 
-        return fit_large_baseline(model, data, masks, seed=seed, epochs=epochs, batch_size=batch_size or 1024)
+        metrics = fit_large_baseline(model, data, masks, seed=seed, epochs=epochs, batch_size=batch_size or 1024)
+        return (metrics, None) if keep else metrics
     raise GBPNError(f"unknown model {model!r}; choose from {', '.join(_model_names())}")
 
 
@@ -122,7 +129,7 @@ def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], tri
             if not v:
                 out.append("–")
                 continue
-            txt = f"{np.mean(v):.1f} ± {np.std(v, ddof=1) if len(v) > 1 else 0.0:.1f}"
+            txt = f"{np.mean(v):.1f}" + (f" ± {np.std(v, ddof=1):.1f}" if len(v) > 1 else "")  # no spread of one
             if len(v) < trials:
                 txt += f" (n={len(v)})"  # an unfinished cell says how many trials it holds
             out.append(f"**{txt}**" if means[m] == best else txt)
@@ -185,18 +192,32 @@ def run_grid(
     table_only: bool = False,
     batch_size: Optional[int] = None,
     patience: Optional[int] = None,
+    metric: str = "auto",
+    save_predictions: bool = False,
 ) -> str:
-    """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table."""
+    """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table.
+
+    ``save_predictions`` also writes every run's class probabilities on every node,
+    ``predictions/<dataset>__<model>__<trial>.csv`` (GBPN: evidence as in evaluation), and each GBPN
+    run's checkpoint, ``checkpoints/<dataset>__<model>__<trial>.pt`` (``gbpn predict`` reads it); the
+    mini-batch baselines have no per-node output.
+
+    ``metric`` selects every full-batch model's epoch (and LP / C&S their alphas) on validation and is
+    reported beside accuracy (``auto``: ROC AUC for imbalanced binary labels, else accuracy); the
+    mini-batch baselines select on accuracy."""
     out = Path(output)
     for m in models:
         if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
-            "batch_size": batch_size, "patience": patience}
+            "batch_size": batch_size, "patience": patience, "metric": metric}
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
-        if any(old.get(k) != grid[k] for k in ("epochs", "seed", "batch_size", "patience")):
-            raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size/patience; choose a new --output folder")
+        # grids recorded before the metric option resume with any metric
+        if (any(old.get(k) != grid[k] for k in ("epochs", "seed", "batch_size", "patience"))
+                or old.get("metric", metric) != metric):
+            raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size/patience/metric; choose a new "
+                           "--output folder")
     write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
                                      "versions": versions()})
     # a bring-your-own folder is named by its last path component in rows and tables
@@ -210,7 +231,7 @@ def run_grid(
     log(f"{len(todo)} runs to do, {finished} already finished in {out}")
     loaded: Dict = {}
     skipped = set()
-    bar = tqdm(todo, disable=not progress, dynamic_ncols=True, desc="benchmark")
+    bar = tqdm(todo, disable=None if progress else True, dynamic_ncols=True, desc="benchmark")
     for d, m, t in bar:
         # another worker on the same folder may have finished or claimed it meanwhile
         name = out / "rows" / f"{d}__{m}__{t}"
@@ -230,10 +251,14 @@ def run_grid(
         split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
         start = time.perf_counter()
         try:
-            metrics = run_one(m, data, masks, s, epochs, batch_size, patience)
+            metrics = run_one(m, data, masks, s, epochs, batch_size, patience, metric, keep=save_predictions)
+            if save_predictions:
+                metrics, kept = metrics
+                _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))
             row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
                    "seconds": time.perf_counter() - start,
-                   **{k: v for k, v in metrics.items() if isinstance(v, (int, float)) or k == "potential"}}
+                   # numbers, the chosen potential's name and lists (the learned H)
+                   **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
         finally:
             name.with_suffix(".claim").unlink(missing_ok=True)
@@ -241,7 +266,7 @@ def run_grid(
     rows = [r for r in rows if r["dataset"] in datasets and r["model"] in models and r["trial"] < trials]
     if rows:
         keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
-                "test_roc_auc", "val_roc_auc", "potential", "seconds"]
+                "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "potential", "seconds"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
@@ -257,6 +282,15 @@ def run_grid(
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
         f"{total / 60:.1f} min of training in all.\n\n" + table))
     return table
+
+
+def _save_outputs(out: Path, stem: str, data, kept, seed: int, split: Dict, source: Dict) -> None:
+    """A run's per-node probabilities (and a GBPN run's checkpoint) under ``out``; see :func:`run_grid`."""
+    if isinstance(kept, TrialResult):
+        save_trial_outputs(out, stem, data, kept, trial_meta(data, kept, source, 0, seed, split))
+    elif kept is not None:
+        write_predictions(out / "predictions" / f"{stem}.csv", kept.numpy(), list(data.class_names),
+                          np.zeros(data.num_nodes, dtype=bool))
 
 
 def _claim(path: Path) -> bool:
@@ -298,8 +332,9 @@ def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:
     if name not in PRESETS:
         raise GBPNError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     p = dict(PRESETS[name])
+    smaller = p.pop("quick", {})
     if quick:
-        p.update(QUICK)
+        p.update(QUICK, **smaller)
     return run_grid(p["models"], p["datasets"], p["trials"], output, epochs=p["epochs"],
                     patience=p.get("patience"), **kw)
 

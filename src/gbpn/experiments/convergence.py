@@ -9,6 +9,7 @@ stays correct (``-1`` if it is wrong at step T).
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -69,7 +70,9 @@ def node_layout(data: Data, seed: int = 0) -> Tuple[np.ndarray, str]:
     n = data.num_nodes
     ei = data.edge_index.numpy()
     adj = sp.coo_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(n, n)).tocsr() + sp.eye(n)
-    spec = SpectralEmbedding(n_components=8, affinity="precomputed", random_state=seed).fit_transform(adj)
+    with warnings.catch_warnings():  # a disconnected graph is expected here: only a picture depends on it
+        warnings.filterwarnings("ignore", message="Graph is not fully connected")
+        spec = SpectralEmbedding(n_components=8, affinity="precomputed", random_state=seed).fit_transform(adj)
     x = data.x.numpy()
     k = min(16, x.shape[1])
     feats = (TruncatedSVD(k, random_state=seed) if x.shape[1] > 64 else PCA(k, random_state=seed)).fit_transform(x) if k > 1 else x
@@ -79,7 +82,8 @@ def node_layout(data: Data, seed: int = 0) -> Tuple[np.ndarray, str]:
 
         return umap.UMAP(n_components=2, random_state=seed).fit_transform(z), "UMAP"
     except ImportError:
-        return TSNE(n_components=2, random_state=seed, init="pca").fit_transform(z), "t-SNE (umap-learn not installed)"
+        tsne = TSNE(n_components=2, random_state=seed, init="pca", perplexity=min(30.0, (n - 1) / 3))  # small graphs
+        return tsne.fit_transform(z), "t-SNE (umap-learn not installed)"
 
 
 def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray], method: str,

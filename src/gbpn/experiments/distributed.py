@@ -45,7 +45,7 @@ def fit_distributed(
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)  # the same on every rank
     train_mask = masks[0]
     torch.manual_seed(seed)  # same initial parameters everywhere (DDP also broadcasts rank 0's)
-    dropout = config.dropout if config.dropout is not None else default_dropout(getattr(data, "name", ""))
+    dropout = config.dropout if config.dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
     model = GBPN(**model_args(data.num_features, int(data.num_classes), config, dropout))
     ddp = DistributedDataParallel(model)
     coupling = list(model.bp.coupling.parameters())

@@ -6,6 +6,12 @@ For the predicted class :math:`\\hat y` and the runner-up :math:`y'`, the margin
 evidence :math:`\\log\\phi_i(\\hat y) - \\log\\phi_i(y')` plus one term per neighbour,
 :math:`\\log m_{j\\to i}(\\hat y) - \\log m_{j\\to i}(y')`. Neighbours are ranked by that term:
 positive ones pushed the node toward its prediction, negative ones away from it.
+
+A *clamped* node (its label is known evidence) is different: BP holds its belief at the one-hot
+of its label, so its log-odds are the clamp (about :math:`10^4`), not a sum of parts. For such a
+node the explanation reports what its own features and its neighbours' final messages say
+without the clamp, :math:`\\log\\phi_i + \\sum_j \\log m_{j\\to i}`, split the same way and
+exactly, and the runner-up is the best other class by that sum.
 """
 from __future__ import annotations
 
@@ -31,13 +37,19 @@ def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor
     x = prepare_features(data.x)
     log_self = model.self_potential(x, data.edge_index)
     known_labels = data.y if known_mask is not None else None
-    log_b, log_m = model.bp(log_self, data.edge_index, getattr(data, "rev_index", None),
-                            getattr(data, "edge_weight", None), known_labels, known_mask, return_messages=True)
+    log_b, log_m = model.bp(log_self, data.edge_index, getattr(data, "edge_weight", None),
+                            rev_index=getattr(data, "rev_index", None), known_labels=known_labels,
+                            known_mask=known_mask, return_messages=True)
     c = log_b.size(1)
     names = list(class_names) if class_names and len(class_names) == c else [str(k) for k in range(c)]
-    order = log_b[node].argsort(descending=True)
-    pred, runner = int(order[0]), int(order[1]) if c > 1 else int(order[0])
     incoming = (data.edge_index[1] == node).nonzero().view(-1)
+    clamped = known_mask is not None and bool(known_mask[node])
+    # own evidence plus every incoming message: log_b[node] up to a constant, unless the node is clamped
+    evidence = log_self[node] + log_m.index_select(0, incoming).sum(0)
+    pred = int(log_b[node].argmax())
+    others = evidence.clone()
+    others[pred] = -float("inf")
+    runner = int(others.argmax()) if c > 1 else pred
     nbrs: List[Dict] = []
     for e in incoming.tolist():  # one node's neighbours: a report, not a hot path
         j = int(data.edge_index[0, e])
@@ -55,12 +67,13 @@ def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor
         "node": node,
         "prediction": names[pred],
         "runner_up": names[runner],
-        "known": bool(known_mask[node]) if known_mask is not None else False,
+        "known": clamped,
         "potential": getattr(model, "potential", "mlp"),
         "self_potential": [float(v) for v in log_self[node].exp()],
         "belief": [float(v) for v in log_b[node].exp()],
         "self_contribution": float(log_self[node, pred] - log_self[node, runner]),
         "margin": float(log_b[node, pred] - log_b[node, runner]),
+        "evidence_margin": float(evidence[pred] - evidence[runner]),
         "class_names": names,
         "neighbours": nbrs,
     }
@@ -78,10 +91,15 @@ def format_explanation(ex: Dict, top: int = 10) -> str:
         + ("  [label known: clamped evidence]" if ex["known"] else ""),
         f"  {own} (self-potential): {fmt(ex['self_potential'])}",
         f"  final belief after BP:         {fmt(ex['belief'])}",
-        f"  log-odds {ex['prediction']} vs {ex['runner_up']}: {ex['margin']:+.3f} = {own} "
-        f"{ex['self_contribution']:+.3f} + {len(ex['neighbours'])} neighbour message(s) "
-        f"{sum(r['contribution'] for r in ex['neighbours']):+.3f}",
     ]
+    parts = (f"{own} {ex['self_contribution']:+.3f} + {len(ex['neighbours'])} neighbour message(s) "
+             f"{sum(r['contribution'] for r in ex['neighbours']):+.3f}")
+    if ex["known"]:
+        lines += [f"  BP holds a known node at its label, so its belief is the clamp, not a sum of parts. Without "
+                  f"the clamp,", f"  log-odds {ex['prediction']} vs {ex['runner_up']}: "
+                  f"{ex['evidence_margin']:+.3f} = {parts}"]
+    else:
+        lines.append(f"  log-odds {ex['prediction']} vs {ex['runner_up']}: {ex['margin']:+.3f} = {parts}")
     if ex["neighbours"]:
         lines.append(f"  neighbours ranked by push toward {ex['prediction']} (top {min(top, len(ex['neighbours']))}):")
         for r in ex["neighbours"][:top]:

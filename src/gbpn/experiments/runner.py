@@ -3,25 +3,43 @@
 A run directory holds ``config.json`` (dataset, split, hyper-parameters,
 library versions), ``metrics.json`` (one entry per finished trial, rewritten
 atomically after each), ``splits/trial_K.npz`` (the boolean masks used) and
-``model.pt`` (the checkpoint of the trial with the best validation accuracy).
-Running again with the same output folder and configuration skips the trials
+``model.pt`` (the checkpoint of the trial with the best validation accuracy; it remembers
+its data set and data folder, so ``gbpn predict --checkpoint`` needs nothing else), and with
+``save_trials`` every trial's ``checkpoints/trial_K.pt`` and ``predictions/trial_K.csv``.
+Hyper-parameters are recorded resolved (the dropout the run used, not ``None``), so
+``gbpn train --config <run>/config.json`` reruns the run exactly. Running again with the same output folder and configuration skips the trials
 already finished.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
+import logging
 import math
+import os
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-from gbpn.config import TrainConfig
-from gbpn.data.datasets import load_dataset
+from gbpn.config import TrainConfig, default_dropout
+from gbpn.data.datasets import data_root, find_byo_file, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import GBPNError
-from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json
-from gbpn.training import fit, model_args
+from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json, write_predictions
+from gbpn.training import fit, model_args, predict
+
+logger = logging.getLogger(__name__)
+
+
+def data_source(dataset: str, data_dir: Optional[str]) -> Dict[str, Optional[str]]:
+    """Where a run's graph came from, as absolute paths: enough to load it again from any folder.
+    The data folder is recorded when one was given (``data_dir`` or ``$GBPN_DATA``), else ``None``:
+    the default cache then stays the default."""
+    folder = Path(dataset).expanduser()
+    given = data_dir or os.environ.get("GBPN_DATA")
+    return {"dataset": str(folder.resolve()) if folder.is_dir() else dataset,
+            "data_dir": str(data_root(given).resolve()) if given else None}
 
 
 def _summary(trials: list) -> Dict[str, float]:
@@ -47,6 +65,28 @@ def _finished_trials(path: Path) -> list:
     return trials
 
 
+def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split: Dict) -> Dict:
+    """What a checkpoint of one trained model records besides its weights."""
+    return {
+        "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"]),
+        "variant": res.config.variant, "dataset": data.name, "source": source, "sample": sample, "seed": seed,
+        "split": split,
+        "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
+        "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
+    }
+
+
+def save_trial_outputs(out: Path, stem: str, data, res, meta: Dict) -> Tuple[str, str]:
+    """``checkpoints/<stem>.pt`` and ``predictions/<stem>.csv`` of one trained model (evidence: the
+    training labels for GBPN, none for GBPN-I); their paths relative to ``out``."""
+    save_checkpoint(out / "checkpoints" / f"{stem}.pt", res.model, meta)
+    known = res.masks[0] if res.config.variant == "gbpn" else None
+    probs = predict(res.model, data, known).exp().numpy()
+    write_predictions(out / "predictions" / f"{stem}.csv", probs, meta["class_names"],
+                      np.zeros(len(probs), dtype=bool) if known is None else known.numpy())
+    return f"checkpoints/{stem}.pt", f"predictions/{stem}.csv"
+
+
 def run_trials(
     dataset: str,
     config: TrainConfig,
@@ -56,11 +96,15 @@ def run_trials(
     data_dir: Optional[str] = None,
     sample: int = 0,
     progress: bool = True,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logger.info,
     header: Optional[bool] = None,
+    save_trials: bool = False,
 ) -> Dict:
     """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split, or
     the data set's public splits where it has them, see :func:`gbpn.data.splits.trial_split`).
+
+    ``save_trials`` keeps every trial's checkpoint and per-node class probabilities (evidence:
+    the training labels for GBPN, none for GBPN-I), not only the best trial's checkpoint.
 
     Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
     ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std). ``header`` is passed to
@@ -71,14 +115,22 @@ def run_trials(
         raise GBPNError(f"trials must be at least 1, got {trials}")
     data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if int((data.y >= 0).sum()) < 3:
+        if Path(dataset).expanduser().is_dir() and find_byo_file(Path(dataset).expanduser(), "labels") is None:
+            raise GBPNError(f"no labels file found in {dataset} (expected labels.csv or labels.npy, one class id "
+                            "per node, -1 where unknown)")
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
     seen = data.y[data.y >= 0].unique()
     if seen.numel() < 2:  # accuracy would be 100% by construction
         raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
                         "labelled nodes of at least two classes")
+    if config.dropout is None:  # record the value the run uses, not None
+        first_train = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0][0]
+        config = dataclasses.replace(config, dropout=default_dropout(data.num_features, int(first_train.sum())))
     out = Path(output)
+    source = data_source(dataset, data_dir)
     run_config = {
         "dataset": data.name,
+        "source": source,
         "sample": sample,
         "seed": seed,
         "trials": trials,
@@ -93,8 +145,9 @@ def run_trials(
     done: list = []
     if metrics_path.is_file() and (out / "config.json").is_file():
         previous = read_json(out / "config.json")
-        same = {k: v for k, v in previous.items() if k not in ("trials", "versions")}
-        if same == {k: v for k, v in run_config.items() if k != "trials"}:
+        ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
+        same = {k: v for k, v in previous.items() if k not in ignore}
+        if same == {k: v for k, v in run_config.items() if k not in ignore}:
             done = _finished_trials(metrics_path)
             beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
             if beyond:  # rewriting metrics.json would drop them while model.pt may come from one
@@ -120,15 +173,12 @@ def run_trials(
         np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
         atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
         row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
+        meta = trial_meta(data, res, source, sample, s, split)
+        if save_trials:
+            row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
         if row["val_accuracy"] > best_val:
             best_val = row["val_accuracy"]
-            save_checkpoint(out / "model.pt", res.model, {
-                "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"]),
-                "variant": config.variant, "dataset": data.name, "sample": sample, "seed": s,
-                "split": split,
-                "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
-                "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
-            })
+            save_checkpoint(out / "model.pt", res.model, meta)
         done.append(row)
         done.sort(key=lambda t: t["trial"])
         write_json(metrics_path, {"trials": done, "summary": _summary(done)})

@@ -54,7 +54,8 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
         def record(epoch: int, model, sampler) -> None:
             model.eval()
             with torch.no_grad():
-                _, log_msg = model.bp(model.self_potential(x, data.edge_index), data.edge_index, data.rev_index,
+                _, log_msg = model.bp(model.self_potential(x, data.edge_index), data.edge_index,
+                                      rev_index=data.rev_index,
                                       known_labels=data.y if known is not None else None, known_mask=known,
                                       return_messages=True)
             epochs.append({"trial": t, "epoch": epoch, **variance_ratios(

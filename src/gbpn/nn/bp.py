@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from gbpn.nn.adjacency import to_edge_index
 from gbpn.nn.coupling import Coupling
 from gbpn.nn.functional import (
     aggregate,
@@ -23,6 +24,17 @@ from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pair
 
 # Above this spread of log H the linear-domain update could overflow float32 (see linear_message).
 _LINEAR_MAX_SPREAD = 60.0
+
+
+def _pairing(rev_index: Tensor) -> Tuple[Optional[Tensor], bool]:
+    """The permutation into the paired layout (``None`` when the edges are already in it, as after
+    :class:`~gbpn.transforms.AddReverseIndex`) and whether the layout can be used at all."""
+    h = rev_index.numel() // 2
+    if 2 * h == rev_index.numel() and bool((rev_index == torch.arange(rev_index.numel(), device=rev_index.device)
+                                            .roll(h)).all()):
+        return None, True
+    perm = paired_order(rev_index)
+    return perm, perm is not None
 
 
 class BeliefPropagation(nn.Module):
@@ -67,10 +79,21 @@ class BeliefPropagation(nn.Module):
             (default: ``True``)
         coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
 
+    The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
+    after ``edge_weight`` keyword-only. ``edge_index`` may be a ``[2, E]`` tensor, a
+    :class:`torch_geometric.EdgeIndex` or a ``torch.sparse`` COO / CSR adjacency ``[N, N]`` (its values,
+    unless all 1, are the edge weights); all give the same beliefs. The graph must be undirected
+    (``torch_geometric.transforms.ToUndirected()``). Without ``rev_index`` each call sorts the edges to
+    find every edge's reverse; :class:`~gbpn.transforms.AddReverseIndex` precomputes it once.
+
+    ``torch.compile``: with ``rev_index`` given and ``tol=None`` the forward compiles without graph
+    breaks (known labels included); compiled, it gathers reverse messages through ``rev_index`` and
+    stays in the log domain.
+
     Shapes:
         - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
-          (symmetric, no duplicates, no self-loops), ``rev_index`` ``[E]`` (optional),
-          ``edge_weight`` ``[E]`` (optional, symmetric), ``known_labels`` ``[N]``
+          (symmetric, no duplicates, no self-loops) or sparse ``[N, N]``, ``edge_weight`` ``[E]``
+          (optional, symmetric), ``rev_index`` ``[E]`` (optional), ``known_labels`` ``[N]``
           and ``known_mask`` ``[N]`` (optional)
         - **output:** normalised log-beliefs ``[N, c]``; with ``return_residuals``
           also the per-step residuals ``[K']``, with ``return_messages`` also the
@@ -125,8 +148,9 @@ class BeliefPropagation(nn.Module):
         self,
         log_self: Tensor,
         edge_index: Tensor,
-        rev_index: Optional[Tensor] = None,
         edge_weight: Optional[Tensor] = None,
+        *,
+        rev_index: Optional[Tensor] = None,
         known_labels: Optional[Tensor] = None,
         known_mask: Optional[Tensor] = None,
         num_steps: Optional[int] = None,
@@ -135,8 +159,11 @@ class BeliefPropagation(nn.Module):
         edge_chunk: Optional[int] = None,
         message_weight: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
-        check_bp_inputs(log_self, edge_index, self.num_classes, rev_index, edge_weight, known_labels, known_mask,
-                        message_weight)
+        compiling = torch.compiler.is_compiling()
+        edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
+        if not compiling:  # the checks read values on the host (graph breaks): compiled code skips them
+            check_bp_inputs(log_self, edge_index, self.num_classes, rev_index, edge_weight, known_labels, known_mask,
+                            message_weight)
         num_nodes, c = log_self.shape
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
@@ -145,36 +172,39 @@ class BeliefPropagation(nn.Module):
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
         log_H = self.coupling.log_H.to(log_self.dtype)
-        check_coupling_range(log_H, log_self.dtype)
+        if not compiling:
+            check_coupling_range(log_H, log_self.dtype)
 
         clamp = None
-        if known_mask is not None and bool(known_mask.any()):
+        if known_mask is not None:
             if known_labels is None:
                 raise ValueError("known_mask given without known_labels")
-            clamp = clamp_log_potential(known_labels[known_mask], c, log_self.dtype)
-            known_idx = known_mask.nonzero().view(-1)
+            # a [N, c] evidence table and a where(): no data-dependent shapes, so it compiles
+            clamp = clamp_log_potential(known_labels.clamp_min(0), c, log_self.dtype)
+            known_col = known_mask.view(-1, 1)
 
         def pin(log_belief: Tensor) -> Tensor:
-            if clamp is None:
-                return log_belief
-            return log_belief.index_put((known_idx,), clamp)
+            return log_belief if clamp is None else torch.where(known_col, clamp, log_belief)
 
         num_edges = src.numel()
-        perm = paired_order(rev_index)
+        # under torch.compile reverse messages are gathered through rev_index: the paired layout's
+        # permutation has a data-dependent size
+        perm, paired = (None, False) if compiling else _pairing(rev_index)
         if perm is not None:
             src, dst = src.index_select(0, perm), dst.index_select(0, perm)
             edge_weight = None if edge_weight is None else edge_weight.index_select(0, perm)
             message_weight = None if message_weight is None else message_weight.index_select(0, perm)
-            h = num_edges // 2
+        if paired:
             # chunks need explicit reverse rows; the whole edge list swaps its halves instead
-            rev_index = None if edge_chunk is None else torch.arange(num_edges, device=src.device).roll(h)
+            rev_index = None if edge_chunk is None else torch.arange(num_edges, device=src.device).roll(num_edges // 2)
 
         log_self = pin(log_normalize(log_self))
         log_belief = log_self
         log_msg = log_self.new_full((num_edges, c), -math.log(c))
         residuals: List[Tensor] = []
-        linear = (not torch.is_grad_enabled() and edge_weight is None and message_weight is None
+        linear = (not compiling and not torch.is_grad_enabled() and edge_weight is None and message_weight is None
                   and float(log_H.max() - log_H.min()) < _LINEAR_MAX_SPREAD)
+        H = msg = belief = None  # the linear domain's coupling, messages and beliefs
         if linear:
             H = torch.exp(log_H - log_H.max())
             msg = log_msg.exp()

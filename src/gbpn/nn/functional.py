@@ -199,11 +199,13 @@ def reverse_edge_index(edge_index: Tensor, num_nodes: int) -> Tensor:
     order = torch.argsort(key)
     sorted_key = key[order]
     if sorted_key.numel() > 1 and bool((sorted_key[1:] == sorted_key[:-1]).any()):
-        raise ValueError("edge_index has duplicate edges; coalesce it first")
+        raise ValueError("edge_index has duplicate edges: coalesce it first, e.g. with "
+                         "torch_geometric.transforms.ToUndirected() or torch_geometric.utils.coalesce")
     rkey = dst * num_nodes + src
     pos = torch.searchsorted(sorted_key, rkey).clamp_max(max(key.numel() - 1, 0))
     if key.numel() and not bool((sorted_key[pos] == rkey).all()):
-        raise ValueError("edge_index is not symmetric: some edge (i, j) has no reverse (j, i)")
+        raise ValueError("edge_index is directed: some edge (i, j) has no reverse (j, i); BP needs both "
+                         "directions, add them with torch_geometric.transforms.ToUndirected()")
     return order[pos]
 
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gbpn.nn.adjacency import to_edge_index
 from gbpn.nn.bp import BeliefPropagation
 
 
@@ -201,11 +202,12 @@ class GBPN(nn.Module):
         """What the encoder reads for this graph, computed once: ``x`` itself for the MLP,
         the propagated features for ``sign``, ``x`` with a CSR adjacency for the GNNs. Pass
         it as ``x`` to :meth:`forward` and :meth:`self_potential` to skip the work per call."""
-        return self.encoder.precompute(x, edge_index)
+        return self.encoder.precompute(x, to_edge_index(edge_index)[0])
 
     def self_potential(self, x, edge_index: Optional[Tensor] = None) -> Tensor:
         """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
         features for the MLP; from its neighbourhood as well for the graph encoders)."""
+        edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
         return F.log_softmax(self.encoder(x, edge_index), dim=-1)
 
     def forward(
@@ -222,6 +224,8 @@ class GBPN(nn.Module):
         return_messages: bool = False,
         message_weight: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
+        # an EdgeIndex or a torch.sparse adjacency becomes edge_index (+ weights) once, for encoder and BP
+        edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
         return self.bp(
             self.self_potential(x, edge_index),
             edge_index,

@@ -68,7 +68,7 @@ def centred(log_msg: Tensor) -> Tensor:
 
 
 def _moments(log_msg: Tensor, dst: Tensor, num_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """Per edge :math:`g_j^2`, per node :math:`\sum_y (\sum_j m_j(y))^2` and the in-degree,
+    r"""Per edge :math:`g_j^2`, per node :math:`\sum_y (\sum_j m_j(y))^2` and the in-degree,
     from the centred messages: everything the variance needs besides :math:`p`."""
     m = centred(log_msg)
     g2 = m.pow(2).sum(-1)

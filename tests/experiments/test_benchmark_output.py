@@ -1,0 +1,79 @@
+import json
+
+import numpy as np
+import pytest
+
+import gbpn.experiments.benchmark as benchmark
+from gbpn.errors import GBPNError
+
+
+def test_rows_keep_the_learned_coupling_and_one_trial_shows_no_spread(tmp_path):
+    table = benchmark.run_grid(["gbpn", "mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
+                               log=lambda m: None)
+    row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn__0.json").read_text())
+    H = np.asarray(row["coupling"])
+    assert H.shape == (2, 2) and np.allclose(H, H.T) and (H > 0).all()
+    assert "±" not in table
+
+
+def test_quick_table2_is_the_four_reference_grids(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(benchmark, "run_grid", lambda models, datasets, trials, output, **kw: seen.update(
+        datasets=datasets, trials=trials, epochs=kw["epochs"]) or "")
+    benchmark.run_preset("table2", "unused", quick=True)
+    assert seen == {"datasets": ["ising+", "ising-", "mrf+", "mrf-"], "trials": 2, "epochs": 100}
+    benchmark.run_preset("table2", "unused")
+    assert len(seen["datasets"]) == 8 and seen["trials"] == 10
+
+
+@pytest.mark.parametrize("metric", ["roc_auc", "macro_f1"])
+def test_baselines_select_and_report_the_chosen_metric(tmp_path, metric):
+    models = ["mlp", "gcn", "lp", "cs", "gmnn", "gbpn"]
+    benchmark.run_grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, progress=False,
+                       log=lambda m: None, metric=metric)
+    for m in models:
+        row = json.loads((tmp_path / "rows" / f"synth-ising+__{m}__0.json").read_text())
+        assert 0.0 <= row[f"test_{metric}"] <= 1.0 and 0.0 <= row[f"val_{metric}"] <= 1.0, m
+    with pytest.raises(GBPNError, match="metric"):  # a grid keeps its criterion
+        benchmark.run_grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, progress=False,
+                           log=lambda m: None, metric="accuracy")
+
+
+def test_lp_alpha_is_chosen_on_the_validation_metric():
+    from gbpn.baselines import fit_baseline
+    from gbpn.data import load_dataset
+    from gbpn.data.splits import random_split
+
+    data = load_dataset("synth-ising+")
+    masks = random_split(data.y, seed=0)
+    by_f1 = fit_baseline("lp", data, masks, metric="macro_f1")
+    by_acc = fit_baseline("lp", data, masks)
+    assert by_f1["metric"] == "macro_f1" and "metric" not in by_acc
+    from gbpn.baselines import _fit_lp
+
+    acc_choice = _fit_lp(data, masks, "macro_f1", alphas=[by_acc["alpha"]])  # the accuracy pick, scored by F1
+    assert by_f1["val_macro_f1"] >= acc_choice["val_macro_f1"]
+
+
+def test_save_predictions_writes_every_runs_probabilities_and_gbpn_checkpoints(tmp_path, capsys):
+    from gbpn.cli import main
+    from gbpn.data import load_dataset, random_split
+
+    models = ["gbpn", "lp", "cs", "gcn", "gmnn"]
+    assert main(["benchmark", "--models", *models, "--datasets", "synth-ising+", "--trials", "1", "--epochs", "3",
+                 "--save-predictions", "--output", str(tmp_path), "-q"]) == 0
+    data = load_dataset("synth-ising+")
+    test = random_split(data.y, seed=0)[2].numpy()
+    y = data.y.numpy()
+    for m in models:
+        row = json.loads((tmp_path / "rows" / f"synth-ising+__{m}__0.json").read_text())
+        pred = np.genfromtxt(tmp_path / "predictions" / f"synth-ising+__{m}__0.csv", delimiter=",", names=True)
+        probs = np.stack([pred["p_0"], pred["p_1"]], 1)
+        np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-5)
+        # the saved output is the selected model's: it scores the row's test accuracy
+        assert (probs[test].argmax(1) == y[test]).mean() == pytest.approx(row["test_accuracy"], abs=1e-6), m
+    assert main(["predict", "--checkpoint", str(tmp_path / "checkpoints" / "synth-ising+__gbpn__0.pt"),
+                 "--output", str(tmp_path / "again.csv"), "-q"]) == 0
+    again = np.genfromtxt(tmp_path / "again.csv", delimiter=",", names=True)
+    saved = np.genfromtxt(tmp_path / "predictions" / "synth-ising+__gbpn__0.csv", delimiter=",", names=True)
+    np.testing.assert_allclose(again["p_0"], saved["p_0"], atol=1e-5)
