@@ -31,4 +31,4 @@ def to_edge_index(adj: Tensor, edge_weight: Optional[Tensor] = None) -> Tuple[Te
         raise ValueError(f"edge_index must have shape [2, E], got {list(adj.shape)}")
     if type(adj) is not Tensor and hasattr(adj, "as_tensor"):  # torch_geometric.EdgeIndex
         adj = adj.as_tensor()
-    return adj.long(), edge_weight
+    return adj, edge_weight
