@@ -325,3 +325,18 @@ def test_checkpoint_remembers_its_data_folder(data_dir, tmp_path, monkeypatch, c
     code, out, err = run(["predict", "--checkpoint", str(tmp_path / "run" / "model.pt")], capsys)
     assert code == 0 and "evidence: train" in out, err
     assert (tmp_path / "run" / "predictions.csv").read_text().count("\n") == 3106  # Election: 3105 nodes
+
+
+def test_the_cli_leaves_library_logging_as_it_found_it(tmp_path, caplog, capsys):
+    import logging
+
+    before = logging.getLogger("gbpn").handlers[:], logging.getLogger("gbpn").propagate
+    assert main(["coupling", "--checkpoint", str(tmp_path / "none.pt")]) == 2
+    assert (logging.getLogger("gbpn").handlers, logging.getLogger("gbpn").propagate) == before
+    from gbpn.data.datasets import load_byo
+
+    g, _ = _graph_folder(tmp_path / "g")
+    (g / "edges.csv").write_text("source,target\n")
+    with caplog.at_level(logging.WARNING):
+        load_byo(g)  # a library warning still reaches the application's handlers
+    assert "no edges" in caplog.text

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import logging
 import os
@@ -593,37 +594,44 @@ COMMANDS = {"train": _cmd_train, "analyze": _cmd_analyze, "explain": _cmd_explai
             "benchmark": _cmd_benchmark, "sample-mrf": _cmd_sample_mrf}
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
-    """Messages of the ``gbpn`` loggers to stderr: warnings with -q, info by default, debug with -v."""
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
+@contextlib.contextmanager
+def _logging_to_stderr(verbose: int, quiet: bool):
+    """Messages of the ``gbpn`` loggers to stderr for one command: warnings with -q, info by
+    default, debug with -v. The loggers are left as they were afterwards (the library used from
+    Python logs through the application's own configuration)."""
     handler = logging.StreamHandler(sys.stderr)  # the stderr of this call (tests swap it)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    saved = logger.level, logger.propagate
     logger.addHandler(handler)
-    logger.setLevel(level)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    _configure_logging(args.verbose, args.quiet)
-    logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-                 f"{vars(args)}")
-    try:
-        return COMMANDS[args.command](args)
-    except GBPNError as err:
-        logger.error(f"gbpn {args.command}: error: {err}")
-        return 2
-    except KeyboardInterrupt:
-        logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
-        return 130
-    except Exception as err:  # a bug, not a user error: one line, full trace on request
-        if os.environ.get("GBPN_DEBUG"):
-            raise
-        logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
-                     "(set GBPN_DEBUG=1 for the traceback)")
-        return 1
+    with _logging_to_stderr(args.verbose, args.quiet):
+        logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+                     f"{vars(args)}")
+        try:
+            return COMMANDS[args.command](args)
+        except GBPNError as err:
+            logger.error(f"gbpn {args.command}: error: {err}")
+            return 2
+        except KeyboardInterrupt:
+            logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
+            return 130
+        except Exception as err:  # a bug, not a user error: one line, full trace on request
+            if os.environ.get("GBPN_DEBUG"):
+                raise
+            logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
+                         "(set GBPN_DEBUG=1 for the traceback)")
+            return 1
 
 
 if __name__ == "__main__":
