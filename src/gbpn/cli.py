@@ -559,9 +559,9 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
               + ", ".join(f"{a}/{b} {summary[f'total_{a}_vs_{b}_second_half']:.3f} "
                           f"({summary[f'median_{a}_vs_{b}_second_half']:.3f})"
                           for a, b in (("importance", "uniform"), ("importance", "optimal"), ("uniform", "optimal"))))
-        print(f"test accuracy: exp3 {100 * summary['exp3_test_accuracy_mean']:.2f} ± "
-              f"{100 * summary['exp3_test_accuracy_std']:.2f}, uniform {100 * summary['uniform_test_accuracy_mean']:.2f}"
-              f" ± {100 * summary['uniform_test_accuracy_std']:.2f}")
+        n = {"num_trials": args.trials}
+        print(f"test accuracy: exp3 {_mean_std({**summary, **n}, 'exp3_test_accuracy')}, "
+              f"uniform {_mean_std({**summary, **n}, 'uniform_test_accuracy')}")
         print(f"wrote variance.png/.svg/.csv, sampler_accuracy.csv and summary.json to {out}")
         return 0
     if any(f < 0 for f in args.fanouts):
