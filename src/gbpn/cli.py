@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--patience", type=POSITIVE, default=None,
                    help="free grid: stop a run after this many epochs without a better validation accuracy")
     b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
+    b.add_argument("--dropout", type=float, default=None,
+                   help="free grid: dropout of every model (default: the paper's rule by features per training "
+                        "node; the heterophily preset uses 0.1)")
     b.add_argument("--batch-size", type=int, default=None,
                    help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
                         "baselines with this many target nodes per batch")
@@ -442,10 +445,12 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
         output = args.output or "runs/benchmark"
         if args.batch_size is not None and args.batch_size < 1:
             raise GBPNError("--batch-size must be positive")
+        if args.dropout is not None and not 0 <= args.dropout < 1:
+            raise GBPNError(f"--dropout must be in [0, 1), got {args.dropout}")
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
                          batch_size=args.batch_size, patience=args.patience, metric=args.metric,
-                         save_predictions=args.save_predictions)
+                         save_predictions=args.save_predictions, dropout=args.dropout)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

@@ -95,8 +95,8 @@ def format_explanation(ex: Dict, top: int = 10) -> str:
     parts = (f"{own} {ex['self_contribution']:+.3f} + {len(ex['neighbours'])} neighbour message(s) "
              f"{sum(r['contribution'] for r in ex['neighbours']):+.3f}")
     if ex["known"]:
-        lines += [f"  BP holds a known node at its label, so its belief is the clamp, not a sum of parts. Without "
-                  f"the clamp,", f"  log-odds {ex['prediction']} vs {ex['runner_up']}: "
+        lines += ["  BP holds a known node at its label, so its belief is the clamp, not a sum of parts. Without "
+                  "the clamp,", f"  log-odds {ex['prediction']} vs {ex['runner_up']}: "
                   f"{ex['evidence_margin']:+.3f} = {parts}"]
     else:
         lines.append(f"  log-odds {ex['prediction']} vs {ex['runner_up']}: {ex['margin']:+.3f} = {parts}")
