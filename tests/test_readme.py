@@ -10,7 +10,6 @@ import re
 import shlex
 from pathlib import Path
 
-import pytest
 
 from gbpn.cli import main
 

@@ -1,6 +1,5 @@
 """Every user mistake ends in a one-line error and exit code 2 with nothing written, never in a
 silent wrong result or an "internal error" (issue 12, items 3-6 and 9)."""
-import json
 import logging
 
 import numpy as np
