@@ -14,7 +14,7 @@ def data_dir():
     d = Path(os.environ.get("GBPN_DATA") or SHARED)
     if not d.is_dir():
         pytest.skip(f"raw dataset files not available (set GBPN_DATA); looked in {d}")
-    return str(d)
+    return str(d.resolve())  # absolute: tests may change the working directory
 
 
 @pytest.fixture(autouse=True)
