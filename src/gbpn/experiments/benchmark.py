@@ -148,7 +148,8 @@ def _cell(values: List[float]) -> str:
 def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str = "gbpn:auto") -> str:
     """Markdown: per dataset, the best baseline, every encoder tried by ``auto_model``'s runs (each
     candidate's test score, recorded beside its validation score; same seeds and splits), ``auto``
-    itself and how often it chose each encoder. Best mean per row in bold. Where the auto runs
+    itself and how often it chose each encoder, over the trials the auto runs have finished (the
+    baselines on the same trials). Best mean per row in bold. Where the auto runs
     selected on ROC AUC (binary labels, minority under 30%), a second line gives ROC AUC."""
     auto = [r for r in rows if r["model"] == auto_model]
     cands = list(dict.fromkeys(k.split("__")[0] for r in auto for k in r if k.endswith("__test_accuracy")))
@@ -164,8 +165,9 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
                 continue
             cells = {f"GBPN {c}": [r[f"{c}__test_{metric}"] for r in ar] for c in cands}
             cells["GBPN auto"] = [r[f"test_{metric}"] for r in ar]
+            trials = {r["trial"] for r in ar}  # baselines on the same splits as the auto runs
             base = {m: [r[f"test_{metric}"] for r in rows if r["dataset"] == ds and r["model"] == m
-                        and f"test_{metric}" in r] for m in baselines}
+                        and f"test_{metric}" in r and r["trial"] in trials] for m in baselines}
             base = {m: v for m, v in base.items() if v}
             best_base = max(base, key=lambda m: np.mean(base[m])) if base else None
             means = {k: float(np.mean(v)) for k, v in cells.items()}
