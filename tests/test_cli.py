@@ -340,3 +340,17 @@ def test_the_cli_leaves_library_logging_as_it_found_it(tmp_path, caplog, capsys)
     with caplog.at_level(logging.WARNING):
         load_byo(g)  # a library warning still reaches the application's handlers
     assert "no edges" in caplog.text
+
+
+def test_train_implicit_records_convergence(tmp_path, capsys):
+    code, out, err = run(["train", "--dataset", "synth-ising+", "--epochs", "3", "--hidden", "8", "--backward",
+                          "implicit", "--max-steps", "40", "--output", str(tmp_path / "imp")], capsys)
+    assert code == 0 and "BP converged in" in err  # the trial's log line
+    trial = json.loads((tmp_path / "imp" / "metrics.json").read_text())["trials"][0]
+    assert 0 <= trial["implicit_forward_converged_frac"] <= 1 and trial["implicit_forward_steps_mean"] <= 40
+    ckpt = torch.load(tmp_path / "imp" / "model.pt", weights_only=False)
+    assert ckpt["model_args"]["backward"] == "implicit" and ckpt["model_args"]["num_steps"] == 40
+    code, _, err = run(["train", "--dataset", "synth-ising+", "--backward", "implicit", "--tol", "0",
+                        "--output", str(tmp_path / "bad")], capsys)
+    last = err.splitlines()[-1]
+    assert code == 2 and "tol > 0" in last and last.startswith("gbpn train: error:") and err.count("error:") == 1

@@ -179,3 +179,34 @@ def test_roc_auc_is_the_default_metric_for_imbalanced_binary_labels():
     assert default_metric(y, 3) == "accuracy"
     log_p = torch.log(torch.tensor([[0.9, 0.1]] * 8 + [[0.2, 0.8]] * 2))
     assert roc_auc(log_p, y, torch.ones(10, dtype=torch.bool)) == 1.0
+
+
+@pytest.mark.parametrize("batch_size, sampler", [(None, "uniform"), (128, "uniform"), (128, "exp3")])
+def test_implicit_training_learns_with_clamps_warmup_and_trees(batch_size, sampler):
+    data = load_dataset("synth-ising+")
+    cfg = TrainConfig(epochs=15, hidden=16, warmup=0.2, backward="implicit", tol=1e-4, max_steps=60,
+                      batch_size=batch_size, num_steps=2, fanout=3, sampler=sampler)
+    res = fit(data, cfg, seed=0)
+    m = res.metrics
+    assert m["test_accuracy"] > 0.6 and res.model.H[0, 0] > res.model.H[0, 1]
+    # 3 warm-up epochs run no BP; the other training passes all converged
+    assert m["implicit_forward_converged_frac"] == 1.0 and m["implicit_adjoint_converged_frac"] == 1.0
+    assert m["implicit_fallback_frac"] == 0.0
+    assert 1 < m["implicit_forward_steps_mean"] < 60
+    if batch_size:  # a tree of depth 2 (diameter 4) is exact after 4 steps; the 5th sees no change
+        assert m["implicit_forward_steps_mean"] <= 5
+    assert res.model.bp.num_steps == 60 and res.model.bp.tol == 1e-4  # inference runs to convergence too
+
+
+def test_implicit_config_is_validated():
+    with pytest.raises(GBPNError, match="backward"):
+        TrainConfig(backward="neumann").validate()
+    with pytest.raises(GBPNError, match="tol > 0"):
+        TrainConfig(backward="implicit", tol=0.0).validate()
+
+
+def test_implicit_training_composes_with_a_neighbourhood_potential():
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=6, hidden=16, backward="implicit", max_steps=60, potential="sign"), seed=0)
+    assert res.metrics["potential"] == "sign" and res.metrics["implicit_forward_converged_frac"] == 1.0
+    assert res.model.bp.implicit_stats.backward_calls == 6

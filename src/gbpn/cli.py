@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-degree-weight", action="store_true", help="plain NLL instead of the d^-1/2 re-weighted one")
     t.add_argument("--warmup", type=float, default=0.0, help="fraction of epochs trained without BP first (default: 0)")
     t.add_argument("--damping", type=float, default=0.0, help="BP message damping in [0, 1) (default: 0)")
+    t.add_argument("--backward", choices=["unroll", "implicit"], default="unroll",
+                   help="unroll: back-propagate through the K steps; implicit: run BP to convergence and "
+                        "differentiate its fixed point (memory of one step; --tol, --max-steps) (default: unroll)")
+    t.add_argument("--tol", type=float, default=1e-4,
+                   help="implicit: stop BP once no belief changes by more than this in a step (default: 1e-4)")
+    t.add_argument("--max-steps", type=int, default=100, help="implicit: most BP steps per pass (default: 100)")
     t.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="MLP hidden layers in float32 or bfloat16 (BP is always float32; default: fp32)")
     t.add_argument("--batch-size", type=int, default=None,
@@ -324,6 +330,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             exp3_gamma=args.exp3_gamma, patience=args.patience, device=args.device, potential=args.potential,
             potential_hops=args.potential_hops, potential_layers=args.potential_layers, residual=args.residual,
             layer_norm=args.layer_norm, separate=not args.no_separate, metric=args.metric,
+            backward=args.backward, tol=args.tol, max_steps=args.max_steps,
         )
     name = Path(dataset).name if os.path.isdir(dataset) else dataset
     potential = "" if config.potential == "mlp" else f"-{config.potential}"

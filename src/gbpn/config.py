@@ -40,6 +40,9 @@ class TrainConfig:
     degree_weight: bool = True
     warmup: float = 0.0  # fraction of epochs trained with K = 0 (MLP only) first
     damping: float = 0.0
+    backward: str = "unroll"  # "implicit": BP to its fixed point, differentiated implicitly (gbpn.nn.implicit)
+    tol: float = 1e-4  # implicit: stop once no belief changes by more than this (L1) in a step
+    max_steps: int = 100  # implicit: most BP steps per pass (num_steps is then unused, except as tree depth)
     learn_coupling: bool = True
     coupling_lr: Optional[float] = 1e-2  # None: same as lr; H needs larger steps than the MLP
     coupling_init: str = "uniform"  # "uniform" (H = 1) or "empirical" (label co-occurrence on training edges)
@@ -107,6 +110,10 @@ class TrainConfig:
             raise GBPNError("--sampler exp3 samples tree neighbours: it needs --batch-size and a --fanout")
         if not 0 <= self.exp3_gamma <= 1:
             raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
+        if self.backward not in ("unroll", "implicit"):
+            raise GBPNError(f"backward must be 'unroll' or 'implicit', got {self.backward!r}")
+        if self.backward == "implicit" and (not self.tol > 0 or self.max_steps < 1):
+            raise GBPNError(f"implicit BP needs tol > 0 and max_steps >= 1, got {self.tol} and {self.max_steps}")
         if not 0 <= self.warmup <= 1:
             raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
 

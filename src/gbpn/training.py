@@ -115,14 +115,17 @@ def train_with_selection(
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float) -> Dict:
     """Constructor arguments of :class:`GBPN` for ``config`` (stored in checkpoints)."""
+    implicit = config.backward == "implicit"
     return {
         "in_channels": in_channels,
         "num_classes": num_classes,
         "hidden_channels": config.hidden,
         "num_hidden": config.num_hidden,
         "dropout": dropout,
-        "num_steps": config.num_steps,
+        "num_steps": config.max_steps if implicit else config.num_steps,
         "damping": config.damping,
+        "tol": config.tol if implicit else None,
+        "backward": config.backward,
         "learn_coupling": config.learn_coupling,
         "precision": config.precision,
         "potential": config.potential,
@@ -213,6 +216,7 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     if graph is None:
         graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
     hops = config.num_hops or config.num_steps
+    steps = None if config.backward == "implicit" else hops  # implicit: to convergence (exact on a tree)
     y = data.y
     device = x.device  # trees are sampled on the CPU; each batch moves to the model's device
 
@@ -234,7 +238,7 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
             weight = tree.message_weight()
             out = model(x.index_select(0, tree.node_map.to(device)), tree.edge_index.to(device),
                         rev_index=tree.rev_index.to(device), known_labels=y[tree.node_map].to(device),
-                        known_mask=known_t.to(device), num_steps=0 if epoch < warmup_epochs else hops,
+                        known_mask=known_t.to(device), num_steps=0 if epoch < warmup_epochs else steps,
                         message_weight=None if weight is None else weight.to(device),
                         return_messages=sampler is not None)
             if sampler is not None:
@@ -418,6 +422,8 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
                    potential=candidate_name(config), potential_separate=config.separate,
                    precompute_seconds=precompute_seconds)
+    if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.nn.implicit)
+        metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
     positive = getattr(data, "positive_class", None)
     if positive is not None and num_classes == 2:
         metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))

@@ -87,6 +87,19 @@ def save_trial_outputs(out: Path, stem: str, data, res, meta: Dict) -> Tuple[str
     return f"checkpoints/{stem}.pt", f"predictions/{stem}.csv"
 
 
+def _implicit_note(row: Dict) -> str:
+    """Convergence of implicit BP's training passes, for the trial's log line."""
+    if "implicit_forward_converged_frac" not in row:
+        return ""
+    note = (f"; BP converged in {100 * row['implicit_forward_converged_frac']:.1f}% of forward passes "
+            f"(mean {row['implicit_forward_steps_mean']:.1f} steps)")
+    if "implicit_adjoint_converged_frac" in row:
+        note += (f", {100 * row['implicit_adjoint_converged_frac']:.1f}% of adjoint solves "
+                 f"(mean {row['implicit_adjoint_steps_mean']:.1f} steps); "
+                 f"truncated-gradient fallback in {100 * row['implicit_fallback_frac']:.1f}%")
+    return note
+
+
 def run_trials(
     dataset: str,
     config: TrainConfig,
@@ -184,7 +197,8 @@ def run_trials(
         write_json(metrics_path, {"trials": done, "summary": _summary(done)})
         extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
         log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
-            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})")
+            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
+            + _implicit_note(row))
     result = {"trials": done, "summary": _summary(done)}
     write_json(metrics_path, result)
     return result

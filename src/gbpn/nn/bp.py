@@ -20,6 +20,7 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
+from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
 from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
 
 # Above this spread of log H the linear-domain update could overflow float32 (see linear_message).
@@ -35,6 +36,32 @@ def _pairing(rev_index: Tensor) -> Tuple[Optional[Tensor], bool]:
         return None, True
     perm = paired_order(rev_index)
     return perm, perm is not None
+
+
+def log_messages(
+    log_belief: Tensor,
+    log_msg: Tensor,
+    src: Tensor,
+    rev: Optional[Tensor],
+    log_H: Tensor,
+    damping: float = 0.0,
+    edge_weight: Optional[Tensor] = None,
+    message_weight: Optional[Tensor] = None,
+    s: slice = slice(None),
+) -> Tensor:
+    r"""One log-domain message update of :class:`BeliefPropagation` for the edges ``s``: cavity,
+    product with :math:`H^{w_e}`, normalisation and damping. ``rev=None`` is the paired layout.
+
+    Shapes:
+        log_belief: ``[N, c]``, log_msg: ``[E, c]``, src: ``[E]``, rev: ``[E]`` (rows ``s``) or ``None``,
+        log_H: ``[c, c]``, edge_weight, message_weight: ``[E]`` -> ``[|s|, c]``
+    """
+    v = cavity(log_belief, log_msg, src[s], rev, message_weight)
+    new = (normalized_message(v, log_H) if edge_weight is None
+           else log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s])))
+    if damping > 0:
+        new = log_normalize(torch.logaddexp(new + math.log1p(-damping), log_msg[s] + math.log(damping)))
+    return new
 
 
 class BeliefPropagation(nn.Module):
@@ -78,6 +105,12 @@ class BeliefPropagation(nn.Module):
         learn_coupling (bool, optional): learn :math:`H` or keep it fixed.
             (default: ``True``)
         coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
+        backward (str, optional): ``"unroll"`` back-propagates through the :math:`K` steps;
+            ``"implicit"`` runs BP to its fixed point without recording the steps (at most
+            :math:`K`, until the belief change is below ``tol``, default ``1e-4``) and
+            differentiates the fixed point implicitly (:mod:`gbpn.nn.implicit`): training
+            memory is one step's, whatever the number of steps; convergence counts are in
+            :attr:`implicit_stats`. (default: ``"unroll"``)
 
     The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
     after ``edge_weight`` keyword-only. ``edge_index`` may be a ``[2, E]`` tensor, a
@@ -120,8 +153,13 @@ class BeliefPropagation(nn.Module):
         tol: Optional[float] = None,
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
+        backward: str = "unroll",
     ):
         super().__init__()
+        if backward not in ("unroll", "implicit"):
+            raise ValueError(f"backward must be 'unroll' or 'implicit', got {backward!r}")
+        if backward == "implicit" and tol is None:
+            tol = 1e-4
         if num_steps < 0:
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
         if not 0.0 <= damping < 1.0:
@@ -130,6 +168,8 @@ class BeliefPropagation(nn.Module):
         self.num_steps = num_steps
         self.damping = damping
         self.tol = tol
+        self.backward = backward
+        self.implicit_stats = ImplicitStats()
         self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
         self.reset_parameters()
 
@@ -171,6 +211,13 @@ class BeliefPropagation(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
+        implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
+        if implicit:  # the fixed point by the lean inference path below; no graph is recorded
+            with torch.no_grad():
+                _, fixed_res, fixed_msg = self(log_self, edge_index, rev_index=rev_index, edge_weight=edge_weight,
+                                               known_labels=known_labels, known_mask=known_mask, num_steps=steps,
+                                               return_residuals=True, return_messages=True,
+                                               message_weight=message_weight)
         log_H = self.coupling.log_H.to(log_self.dtype)
         if not compiling:
             check_coupling_range(log_H, log_self.dtype)
@@ -213,15 +260,28 @@ class BeliefPropagation(nn.Module):
             if linear:  # belief and msg are linear-domain here
                 new = linear_message(belief, msg, src[s], rev, H)
                 return new.mul_(1 - self.damping).add_(msg[s], alpha=self.damping) if self.damping > 0 else new
-            v = cavity(log_belief, log_msg, src[s], rev, message_weight)
-            new = (normalized_message(v, log_H) if edge_weight is None
-                   else log_normalize(log_matmul_exp_weighted(v, log_H, edge_weight[s])))
-            if self.damping > 0:
-                new = log_normalize(
-                    torch.logaddexp(new + math.log1p(-self.damping), log_msg[s] + math.log(self.damping))
-                )
-            return new
+            return log_messages(log_belief, log_msg, src, rev, log_H, self.damping, edge_weight, message_weight, s)
 
+        if implicit:
+            def belief_of(m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor], mw: Optional[Tensor]) -> Tensor:
+                return pin(aggregate(phi, m, dst, mw))
+
+            def message_of(b: Tensor, m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor],
+                           mw: Optional[Tensor]) -> Tensor:
+                return log_messages(b, m, src, rev_index, lH, self.damping, ew, mw)
+
+            converged = bool(fixed_res.numel()) and float(fixed_res[-1]) < self.tol
+            self.implicit_stats.record_forward(fixed_res.numel(), converged)
+            params = (log_self, log_H, edge_weight, message_weight)
+            plain = self.damping == 0 and edge_weight is None and not (message_weight is not None
+                                                                       and message_weight.requires_grad)
+            linearize = (bp_linearization(src, dst, rev_index, *(() if clamp is None else (known_col, clamp))) if plain
+                         else autograd_linearization(belief_of, message_of))
+            log_msg = implicit_messages(linearize, fixed_msg if perm is None else fixed_msg.index_select(0, perm),
+                                        params, self.tol, steps, converged, self.implicit_stats)
+            log_belief = belief_of(log_msg, *params)
+            residuals = list(fixed_res.unbind())
+            steps = 0  # the fixed point replaces the unrolled steps below
         for _ in range(steps):
             if linear:
                 belief = torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
@@ -328,5 +388,6 @@ class BeliefPropagation(nn.Module):
     def __repr__(self) -> str:
         return (
             f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "
-            f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable})"
+            f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable}, "
+            f"backward={self.backward!r})"
         )

@@ -141,8 +141,9 @@ class GBPN(nn.Module):
         num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
         precision (str, optional): MLP precision, see :class:`MLP`; BP always
             runs in the dtype of its input (float32 here). (default: ``"fp32"``)
-        damping, tol, learn_coupling, coupling_init: see
-            :class:`~gbpn.nn.bp.BeliefPropagation`.
+        damping, tol, learn_coupling, coupling_init, backward: see
+            :class:`~gbpn.nn.bp.BeliefPropagation` (with ``backward="implicit"``,
+            ``num_steps`` is the most steps of a pass).
         potential (str, optional): the encoder, one of
             :data:`gbpn.nn.encoders.ENCODERS`. (default: ``"mlp"``)
         potential_options (dict, optional): the encoder's own options
@@ -172,6 +173,7 @@ class GBPN(nn.Module):
         precision: str = "fp32",
         potential: str = "mlp",
         potential_options: Optional[Dict] = None,
+        backward: str = "unroll",
     ):
         from gbpn.nn.encoders import build_encoder  # encoders build on this module's MLP
 
@@ -182,7 +184,8 @@ class GBPN(nn.Module):
         self.potential_options = dict(potential_options or {})
         self.encoder = build_encoder(potential, in_channels, num_classes, hidden_channels, num_hidden, dropout,
                                      precision, **self.potential_options)
-        self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init)
+        self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
+                                    backward=backward)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
