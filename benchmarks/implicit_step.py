@@ -73,7 +73,7 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
             fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
         base = _rss_kb("VmRSS")
     t, cpu = time.perf_counter(), time.process_time()
-    out = layer(log_self, ei, rev, known_labels=y, known_mask=known)
+    out = layer(log_self, ei, rev_index=rev, known_labels=y, known_mask=known)
     loss = torch.nn.functional.nll_loss(out[target], y[target])
     loss.backward()
     if cuda:
