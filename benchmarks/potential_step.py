@@ -7,7 +7,7 @@ runs in its own process (peak RSS is its own), one thread each unless ``--thread
 ``precompute s`` is the one-off :meth:`GBPN.precompute` (propagated features for ``sign``; the
 CSR adjacency for the GNNs), ``ratio`` the median step over the MLP potential's median step.
 
-    python benchmarks/potential_step.py --data-dir ../shared/datasets [--graphs cora arxiv] [--steps 20]
+    python benchmarks/potential_step.py --data-dir ../shared/datasets [--graphs cora arxiv] [--steps 20] [--bp-steps 5]
 
 ``arxiv`` is the arXiv-sized DC-SBM of ``benchmarks/bp_step.py`` (169,343 nodes, about 2.3 M directed
 edges, 128 features, 40 classes); GAT is left out there (its [E, heads, hidden] attention tensors
@@ -27,7 +27,7 @@ import time
 ENCODERS = ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed", "gat"]
 
 
-def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | None) -> dict:
+def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | None, bp_steps: int) -> dict:
     import torch
 
     from gbpn.config import TrainConfig
@@ -62,7 +62,8 @@ def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | N
         known = torch.zeros_like(train)
         known[perm[: perm.numel() // 2]] = True
         loss_idx = perm[perm.numel() // 2 :]
-        out = model(x, data.edge_index, rev_index=data.rev_index, known_labels=data.y, known_mask=known)
+        out = model(x, data.edge_index, rev_index=data.rev_index, known_labels=data.y, known_mask=known,
+                    num_steps=bp_steps)
         loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -81,6 +82,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bp-steps", type=int, default=5,
+                    help="BP steps K per training step (0: the encoder and loss alone) (default: 5)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--child", nargs=2, metavar=("GRAPH", "ENCODER"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -88,8 +91,9 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        print(json.dumps(measure(*args.child, args.steps, args.warmup, args.data_dir)))
+        print(json.dumps(measure(*args.child, args.steps, args.warmup, args.data_dir, args.bp_steps)))
         return
+    print(f"K = {args.bp_steps} BP steps per training step, {args.threads} thread(s)")
     print(f"{'graph':<8} {'encoder':<11} {'s/step':>9} {'ratio':>7} {'precompute s':>13} {'peak MB':>8}", flush=True)
     for graph in args.graphs:
         base = None
@@ -97,7 +101,7 @@ def main() -> None:
             if graph == "arxiv" and enc == "gat":
                 continue
             cmd = [sys.executable, __file__, "--child", graph, enc, "--steps", str(args.steps), "--warmup",
-                   str(args.warmup), "--threads", str(args.threads)] + (["--data-dir", args.data_dir] if args.data_dir else [])
+                   str(args.warmup), "--threads", str(args.threads), "--bp-steps", str(args.bp_steps)] + (["--data-dir", args.data_dir] if args.data_dir else [])
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
             r = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
             base = base or (r["seconds_per_step"] if enc == "mlp" else None)
