@@ -30,12 +30,12 @@ ENCODERS = ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed", "gat"]
 def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | None, bp_steps: int) -> dict:
     import torch
 
-    from gbpn.config import TrainConfig
+    from gbpn.experiments.benchmark import gbpn_config
     from gbpn.data import load_dataset, random_split
     from gbpn.data.generators import planted_partition_graph
     from gbpn.nn import GBPN
-    from gbpn.objective import degree_temperature, marginal_nll
     from gbpn.training import model_args, prepare_features
+    from train_step import time_steps  # the same timed step as the speed table (this folder is on sys.path)
 
     if graph == "arxiv":
         data = planted_partition_graph(169_343, 1_166_243, 128, 40, seed=0)
@@ -43,33 +43,14 @@ def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | N
     else:
         data = load_dataset(graph, data_dir)
         dropout = 0.6 if graph in ("cora", "citeseer") else 0.1
-    cfg = TrainConfig(potential=encoder.removesuffix("-mixed"), separate=not encoder.endswith("-mixed"))
+    cfg = gbpn_config(f"gbpn:{encoder}")
     torch.manual_seed(0)
     model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
     t0 = time.perf_counter()
     x = model.precompute(prepare_features(data.x), data.edge_index)
     precompute = time.perf_counter() - t0
     train, _, _ = random_split(data.y, seed=0)
-    train_idx = train.nonzero().view(-1)
-    alpha = degree_temperature(data.edge_index, data.num_nodes)
-    gen = torch.Generator().manual_seed(0)
-    times = []
-    model.train()
-    for it in range(warmup + steps):
-        t0 = time.perf_counter()
-        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
-        known = torch.zeros_like(train)
-        known[perm[: perm.numel() // 2]] = True
-        loss_idx = perm[perm.numel() // 2 :]
-        out = model(x, data.edge_index, rev_index=data.rev_index, known_labels=data.y, known_mask=known,
-                    num_steps=bp_steps)
-        loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if it >= warmup:
-            times.append(time.perf_counter() - t0)
+    times = time_steps(model, x, data, train, steps, warmup, num_steps=bp_steps)
     return {"seconds_per_step": statistics.median(times), "precompute_seconds": precompute,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "threads": torch.get_num_threads()}

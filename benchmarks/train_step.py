@@ -26,27 +26,14 @@ import time
 DATASETS = ["cora", "citeseer", "election", "sexual", "ising+"]
 
 
-def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | None) -> dict:
+def time_steps(model, x, data, train, steps: int, warmup: int, num_steps=None) -> list:
+    """Seconds of each of ``steps`` transductive training steps (after ``warmup`` untimed ones): half
+    the training labels clamped, the degree-tempered loss on the other half, backward, AdamW."""
     import torch
 
-    import gbpn.nn.bp as bp
-    from gbpn.config import TrainConfig, default_dropout
-    from gbpn.data import load_dataset, random_split
-    from gbpn.nn import GBPN
-    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
     from gbpn.objective import degree_temperature, marginal_nll
-    from gbpn.training import model_args, prepare_features
 
-    if kernel == "plain":
-        bp.normalized_message = lambda v, log_H: log_normalize(log_matmul_exp_dense(v, log_H))
-    data = load_dataset(dataset, data_dir)
-    cfg = TrainConfig(precision="bf16" if kernel == "bf16" else "fp32", num_hidden=1 if kernel == "depth1" else 2)
-    train, _, _ = random_split(data.y, seed=0)
-    torch.manual_seed(0)
-    dropout = default_dropout(data.num_features, int(train.sum()))
-    model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
-    x = prepare_features(data.x)
     train_idx = train.nonzero().view(-1)
     alpha = degree_temperature(data.edge_index, data.num_nodes)
     gen = torch.Generator().manual_seed(0)
@@ -59,13 +46,36 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
         known[perm[: perm.numel() // 2]] = True
         loss_idx = perm[perm.numel() // 2 :]
         out = model(x, data.edge_index, rev_index=data.rev_index, known_labels=data.y, known_mask=known,
-                    num_steps=0 if kernel == "mlp" else None)
+                    num_steps=num_steps)
         loss = marginal_nll(out[loss_idx], data.y[loss_idx], alpha[loss_idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if it >= warmup:
             times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | None) -> dict:
+    import torch
+
+    import gbpn.nn.bp as bp
+    from gbpn.config import TrainConfig, default_dropout
+    from gbpn.data import load_dataset, random_split
+    from gbpn.nn import GBPN
+    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
+    from gbpn.training import model_args, prepare_features
+
+    if kernel == "plain":
+        bp.normalized_message = lambda v, log_H: log_normalize(log_matmul_exp_dense(v, log_H))
+    data = load_dataset(dataset, data_dir)
+    cfg = TrainConfig(precision="bf16" if kernel == "bf16" else "fp32", num_hidden=1 if kernel == "depth1" else 2)
+    train, _, _ = random_split(data.y, seed=0)
+    torch.manual_seed(0)
+    dropout = default_dropout(data.num_features, int(train.sum()))
+    model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout))
+    x = prepare_features(data.x)
+    times = time_steps(model, x, data, train, steps, warmup, num_steps=0 if kernel == "mlp" else None)
     return {
         "seconds_per_step": statistics.median(times),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
