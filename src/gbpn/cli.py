@@ -15,6 +15,8 @@ import torch
 
 import gbpn
 from gbpn.errors import GBPNError
+from gbpn.metrics import METRICS
+from gbpn.nn.encoders import ENCODERS
 
 DEFAULT_DATASET = "synth-ising+"
 DATA_DIR_HELP = "folder with the raw data (default: $GBPN_DATA, else ~/.cache/gbpn/data)"
@@ -89,7 +91,7 @@ def _common() -> argparse.ArgumentParser:
 
 def _add_potential_args(p: argparse.ArgumentParser) -> None:
     """The self-potential's encoder (gbpn.nn.encoders) and the model-selection metric."""
-    p.add_argument("--potential", default="mlp", choices=["mlp", "sign", "gcn", "sage", "gat", "auto"],
+    p.add_argument("--potential", default="mlp", choices=[*ENCODERS, "auto"],
                    help="encoder of the self-potential: mlp (the paper's, own features only), sign (precomputed "
                         "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), or "
                         "auto (train mlp, sign and gcn --no-separate; keep the simplest within one standard error of "
@@ -102,7 +104,7 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-separate", action="store_true",
                    help="sign/gcn/gat: mix a node's own channel into its neighbourhood (GCN-style self-loops) "
                         "instead of keeping it apart")
-    p.add_argument("--metric", default="auto", choices=["auto", "accuracy", "macro_f1", "roc_auc"],
+    p.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation (epochs, --potential auto) and the reported score; auto: "
                         "roc_auc for binary labels with a minority class under 30%%, accuracy otherwise "
                         "(default: auto)")
@@ -204,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=None,
                    help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
                         "baselines with this many target nodes per batch")
-    b.add_argument("--metric", default="auto", choices=["auto", "accuracy", "macro_f1", "roc_auc"],
+    b.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation for GBPN and the full-batch baselines (LP and C&S: their "
                         "alphas), reported beside accuracy; auto: roc_auc for binary labels with a minority class "
                         "under 30%%, accuracy otherwise (default: auto)")
