@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 import gbpn
+from gbpn import distributed
+from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.metrics import METRICS
 from gbpn.nn.encoders import ENCODERS
@@ -182,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
                         "(about a quarter of the default's message memory)")
+    p.add_argument("--partitioner", choices=["auto", "metis", "ranges"], default="auto",
+                   help="under torchrun: how nodes are split into one part per process; auto: METIS (pymetis) up "
+                        "to 50 M directed edges, else degree-balanced ranges (default: auto)")
     p.add_argument("--output", default=None, help="CSV to write (default: predictions.csv beside the checkpoint)")
 
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
@@ -334,11 +339,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
             layer_norm=args.layer_norm, separate=not args.no_separate, metric=args.metric,
             backward=args.backward, tol=args.tol, max_steps=args.max_steps,
         )
+    if rank_and_world()[1] > 1:
+        from gbpn.training import check_data_parallel
+
+        check_data_parallel(config)
     name = Path(dataset).name if os.path.isdir(dataset) else dataset
     potential = "" if config.potential == "mlp" else f"-{config.potential}"
     output = args.output or f"runs/{name}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=not args.quiet,
                         header=args.header, save_trials=args.save_trials)
+    if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
+        return 0
     s = result["summary"]
     print(f"{name} {config.variant}: test accuracy {_mean_std(s, 'test_accuracy')}"
           + (f", illicit-class F1 {_mean_std(s, 'test_f1')}" if "test_f1_mean" in s else "")
@@ -391,17 +402,45 @@ def _checkpoint_and_data(args: argparse.Namespace):
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
-    from gbpn.io import write_predictions
     from gbpn.training import predict
 
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
+    output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
+    if rank_and_world()[1] > 1:
+        return _partitioned_predict(args, model, meta, data, mask, known, output)
     model.to(resolve_device(args.device))
     probs = predict(model, data, mask, num_steps=args.num_steps, node_chunk=args.node_chunk, edge_chunk=args.edge_chunk,
                     message_dtype=torch.bfloat16 if args.half_messages else None).exp().cpu().numpy()
+    _write_probabilities(output, probs, meta, model, mask, known)
+    return 0
+
+
+def _write_probabilities(output: str, probs: np.ndarray, meta: dict, model, mask, known: str) -> None:
+    from gbpn.io import write_predictions
+
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
     write_predictions(output, probs, names, mask.numpy() if mask is not None else np.zeros(len(probs), dtype=bool))
     print(f"wrote class probabilities of {len(probs)} nodes to {output} (evidence: {known})")
+
+
+def _partitioned_predict(args: argparse.Namespace, model, meta: dict, data, mask, known: str, output: str) -> int:
+    """``gbpn predict`` under torchrun: partitioned BP on the CPU, rank 0 writes the CSV and a JSON
+    report (partition, seconds per step, bytes per step, versions) beside it."""
+    from gbpn.distributed.inference import partitioned_predict
+    from gbpn.io import versions, write_json
+
+    if args.device != "cpu":
+        raise GBPNError("partitioned inference under torchrun runs on the CPU: use --device cpu")
+    log_b, report = partitioned_predict(model, data, mask, num_steps=args.num_steps,
+                                        message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
+                                        chunk=args.edge_chunk or 1 << 20, partitioner=args.partitioner,
+                                        node_chunk=args.node_chunk or 1 << 16)
+    if log_b is not None:
+        _write_probabilities(output, log_b.exp().numpy(), meta, model, mask, known)
+        write_json(Path(output).with_suffix(".json"),
+                   {"checkpoint": str(Path(args.checkpoint).resolve()), "known": known, "num_steps": args.num_steps,
+                    "half_messages": args.half_messages, "partitioner": args.partitioner, **report,
+                    "versions": versions()})
     return 0
 
 
@@ -627,8 +666,42 @@ def _logging_to_stderr(verbose: int, quiet: bool):
         logger.propagate = saved[1]
 
 
+DISTRIBUTED_COMMANDS = ("train", "predict")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if distributed.launched():
+        return _main_distributed(args)
+    return _run(args)
+
+
+def _main_distributed(args: argparse.Namespace) -> int:
+    """Under ``torchrun``: join the process group, let only rank 0 speak, leave the group at the end."""
+    if args.command not in DISTRIBUTED_COMMANDS:
+        with _logging_to_stderr(0, False):
+            logger.error(f"gbpn {args.command}: does not run under torchrun (only {' and '.join(DISTRIBUTED_COMMANDS)} "
+                         "do); run it as a single process")
+        return 2
+    if getattr(args, "device", None):
+        args.device = distributed.local_device(args.device)
+    try:
+        rank, _ = distributed.init_from_env(getattr(args, "device", "cpu"))
+    except (RuntimeError, ValueError) as err:
+        with _logging_to_stderr(0, False):
+            logger.error(f"gbpn {args.command}: could not join the torchrun process group: {err}")
+        return 2
+    if rank != 0:
+        args.quiet = True
+    try:
+        return _run(args)
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace) -> int:
     with _logging_to_stderr(args.verbose, args.quiet):
         logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
                      f"{vars(args)}")

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from gbpn.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.splits import random_split
+from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.metrics import default_metric, f1_with_val_threshold, score, standard_error
 from gbpn.nn.model import GBPN
@@ -193,7 +194,8 @@ def predict(
 def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                  config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
                  class_weight: Optional[Tensor] = None, sampler=None, graph=None,
-                 max_batches: Optional[int] = None) -> Callable[[int], float]:
+                 max_batches: Optional[int] = None, shard: Optional[Tuple[int, int, torch.Generator]] = None
+                 ) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
 
     Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
@@ -210,6 +212,11 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
 
     ``graph`` (a :class:`~gbpn.sampling.CSRGraph`) saves building one from
     ``data.edge_index``; ``max_batches`` caps the batches per epoch (for benchmarks).
+
+    ``shard = (rank, world, shared)`` is data-parallel training: the epoch's order and evidence
+    half come from ``shared`` (seeded alike on every rank), each rank takes every ``world``-th
+    target (the same count on all, so all take the same number of steps) and samples its trees
+    with its own ``gen``; a batch is then ``batch_size`` targets per rank.
     """
     from gbpn.sampling import CSRGraph, sample_tree
 
@@ -221,11 +228,14 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     device = x.device  # trees are sampled on the CPU; each batch moves to the model's device
 
     def epoch_fn(epoch: int) -> float:
-        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen)]
+        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen if shard is None else shard[2])]
         known = torch.zeros(data.num_nodes, dtype=torch.bool)
         if transductive:
             known[perm[: perm.numel() // 2]] = True
             perm = perm[perm.numel() // 2 :]
+        if shard is not None:
+            rank, world, _ = shard
+            perm = perm[rank::world][: perm.numel() // world]
         losses = []
         for b, start in enumerate(range(0, perm.numel(), config.batch_size)):
             if max_batches is not None and b >= max_batches:
@@ -323,6 +333,8 @@ def fit(
     Mini-batch training samples trees on the CPU and moves each batch to the device.
     """
     config.validate()
+    if rank_and_world()[1] > 1:
+        check_data_parallel(config)
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
     if config.metric == "auto":
@@ -406,8 +418,13 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
             from gbpn.sampling.importance import Exp3Sampler
 
             sampler = Exp3Sampler(CSRGraph.from_edge_index(ei, data.num_nodes), config.fanout, config.exp3_gamma)
-        train_epoch = tree_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
-                                  warmup_epochs, gen, cw, sampler)
+        rank, world = rank_and_world()
+        if world == 1:
+            train_epoch = tree_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
+                                      warmup_epochs, gen, cw, sampler)
+        else:
+            train_epoch = _data_parallel_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
+                                                warmup_epochs, seed, cw, device)
     if on_epoch is not None:
         inner = train_epoch
 
@@ -419,6 +436,11 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     metrics, best_out, history = train_with_selection(
         model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience, config.metric)
     model.cpu()
+    if rank_and_world()[1] > 1:  # data-parallel ranks must end identical: record the evidence
+        from gbpn.distributed import all_gather_object
+
+        metrics.update(world_size=rank_and_world()[1], rank_parameter_digests=all_gather_object(parameter_digest(model)))
+    metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
                    potential=candidate_name(config), potential_separate=config.separate,
                    precompute_seconds=precompute_seconds)
@@ -428,3 +450,50 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     if positive is not None and num_classes == 2:
         metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
     return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history, config=config)
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter and buffer, bit for bit."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def check_data_parallel(config: TrainConfig) -> None:
+    """What data-parallel training (under ``torchrun``) supports, checked before anything runs."""
+    if config.batch_size is None:
+        raise GBPNError("training under torchrun is data-parallel on sampled trees: give --batch-size "
+                        "(full-batch training has one batch, nothing to split across processes)")
+    if config.sampler == "exp3":
+        raise GBPNError("the Exp3 sampler learns per process; train it in one process (without torchrun)")
+
+
+def _data_parallel_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
+                          config: TrainConfig, warmup_epochs: int, seed: int, class_weight: Optional[Tensor],
+                          device: torch.device) -> Callable[[int], float]:
+    """:func:`tree_epochs` for one rank of ``torchrun``: gradients averaged over ranks by
+    ``DistributedDataParallel`` (gloo on CPU, NCCL on GPU), so every rank keeps the same parameters;
+    the epoch loss is the mean over ranks."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = rank_and_world()
+    # unused parameters: the coupling during warm-up epochs without BP
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                  find_unused_parameters=warmup_epochs > 0)
+    shared = torch.Generator().manual_seed(seed + 1)  # the epoch's order and evidence, alike on every rank
+    own = torch.Generator().manual_seed(seed + 1 + 7919 * (rank + 1))  # this rank's trees
+    torch.manual_seed(seed + 7919 * (rank + 1))  # this rank's dropout; the initial parameters came before
+    epoch_fn = tree_epochs(ddp, opt, data, x, train_idx, transductive, config, warmup_epochs, own, class_weight,
+                           shard=(rank, world, shared))
+
+    def mean_over_ranks(epoch: int) -> float:
+        loss = torch.tensor([epoch_fn(epoch)], dtype=torch.float64, device=device)  # NCCL reduces on the GPU
+        dist.all_reduce(loss)
+        return float(loss) / world
+
+    return mean_over_ranks

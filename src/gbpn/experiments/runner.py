@@ -25,6 +25,7 @@ import numpy as np
 from gbpn.config import TrainConfig, default_dropout
 from gbpn.data.datasets import data_root, find_byo_file, load_dataset
 from gbpn.data.splits import trial_split
+from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json, write_predictions
 from gbpn.training import fit, model_args, predict
@@ -155,23 +156,17 @@ def run_trials(
         "train": config.to_dict(),
     }
     metrics_path = out / "metrics.json"
-    done: list = []
-    if metrics_path.is_file() and (out / "config.json").is_file():
-        previous = read_json(out / "config.json")
-        ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
-        same = {k: v for k, v in previous.items() if k not in ignore}
-        if same == {k: v for k, v in run_config.items() if k not in ignore}:
-            done = _finished_trials(metrics_path)
-            beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
-            if beyond:  # rewriting metrics.json would drop them while model.pt may come from one
-                raise GBPNError(f"{out} already holds {len(done)} finished trials (up to trial {beyond[-1]}); "
-                                f"--trials {trials} would drop some: rerun with --trials {beyond[-1] + 1} or more "
-                                "to keep them, or choose a new --output folder")
-            if done:
-                log(f"resuming {out}: {len(done)} of {trials} trials already finished")
-        else:
-            raise GBPNError(f"{out} holds a run with another configuration; choose a new --output folder")
-    write_json(out / "config.json", {**run_config, "versions": versions()})
+    rank, world = rank_and_world()
+    run_config["world_size"] = world  # processes under torchrun: data-parallel training is another run
+    progress = progress and rank == 0
+    # rank 0 reads what is finished and every rank learns it (or the same error): the output
+    # folder need not be shared between machines
+    done, error = _resume_state(out, metrics_path, run_config, trials, log) if rank == 0 else (None, None)
+    done, error = broadcast_object((done, error))
+    if error:
+        raise GBPNError(error)
+    if rank == 0:
+        write_json(out / "config.json", {**run_config, "versions": versions()})
 
     finished = {t["trial"] for t in done}
     best_val = max((t["val_accuracy"] for t in done), default=-1.0)
@@ -181,6 +176,8 @@ def run_trials(
         s = seed + trial
         masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
         res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
+        if rank != 0:  # every rank trains; rank 0 writes
+            continue
         train, val, test = res.masks
         buf = io.BytesIO()
         np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
@@ -200,5 +197,29 @@ def run_trials(
             f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
             + _implicit_note(row))
     result = {"trials": done, "summary": _summary(done)}
-    write_json(metrics_path, result)
+    if rank == 0:
+        write_json(metrics_path, result)
     return result
+
+
+def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int,
+                  log: Callable[[str], None]) -> Tuple[list, Optional[str]]:
+    """The trials an earlier run in ``out`` finished, or why the folder cannot be resumed."""
+    if not (metrics_path.is_file() and (out / "config.json").is_file()):
+        return [], None
+    previous = {"world_size": 1, **read_json(out / "config.json")}  # runs from before world_size was recorded
+    ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
+    if {k: v for k, v in previous.items() if k not in ignore} != {k: v for k, v in run_config.items() if k not in ignore}:
+        return [], f"{out} holds a run with another configuration; choose a new --output folder"
+    try:
+        done = _finished_trials(metrics_path)
+    except GBPNError as err:
+        return [], str(err)
+    beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
+    if beyond:  # rewriting metrics.json would drop them while model.pt may come from one
+        return [], (f"{out} already holds {len(done)} finished trials (up to trial {beyond[-1]}); "
+                    f"--trials {trials} would drop some: rerun with --trials {beyond[-1] + 1} or more "
+                    "to keep them, or choose a new --output folder")
+    if done:
+        log(f"resuming {out}: {len(done)} of {trials} trials already finished")
+    return done, None

@@ -20,11 +20,10 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
+from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
 from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
 
-# Above this spread of log H the linear-domain update could overflow float32 (see linear_message).
-_LINEAR_MAX_SPREAD = 60.0
 
 
 def _pairing(rev_index: Tensor) -> Tuple[Optional[Tensor], bool]:
@@ -250,7 +249,7 @@ class BeliefPropagation(nn.Module):
         log_msg = log_self.new_full((num_edges, c), -math.log(c))
         residuals: List[Tensor] = []
         linear = (not compiling and not torch.is_grad_enabled() and edge_weight is None and message_weight is None
-                  and float(log_H.max() - log_H.min()) < _LINEAR_MAX_SPREAD)
+                  and float(log_H.max() - log_H.min()) < LINEAR_MAX_SPREAD)
         H = msg = belief = None  # the linear domain's coupling, messages and beliefs
         if linear:
             H = torch.exp(log_H - log_H.max())
@@ -328,20 +327,17 @@ class BeliefPropagation(nn.Module):
         pair_chunk: int = 1 << 20,
         message_dtype: torch.dtype = torch.bfloat16,
     ) -> Tensor:
-        r"""Inference-only BP for graphs whose messages barely fit in memory.
+        r"""Inference-only BP for graphs whose messages barely fit in memory
+        (:func:`gbpn.nn.pairs.pair_bp`).
 
         The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once, no
-        self-loops); the messages of both directions of a pair sit side by side in one
-        ``[P, 2, c]`` buffer stored in ``message_dtype`` (bfloat16 halves float32). Since
-        the new :math:`m_{u	o v}` and :math:`m_{v	o u}` depend only on the previous
-        beliefs and on each other's previous values, a chunk of pairs is updated in
-        place, both directions together: one buffer instead of two, and no
-        ``[E, c]`` temporaries beyond a chunk. The new beliefs accumulate chunk by chunk.
-        The result is the same synchronous update as :meth:`forward` (up to the
-        rounding of stored messages to ``message_dtype``). Messages are stored centred
-        over the classes (a constant per message changes no belief), which keeps their
-        rounding error small in half precision. Without edge weights. Computes in the dtype of
-        ``log_self`` (at least float32); ``pairs`` must list each undirected edge once.
+        self-loops); the messages of both directions of a pair share one ``[2, P, c]`` buffer
+        stored in ``message_dtype`` (bfloat16 halves float32) and are updated in place a chunk
+        of ``pair_chunk`` pairs at a time. The result is the same synchronous update as
+        :meth:`forward` up to the rounding of the stored messages. Messages are kept in the
+        linear domain, normalised, as :meth:`forward` does at inference (in the log domain,
+        centred over the classes, for float16 storage or a coupling too wide for it). Without
+        edge weights. Computes in the dtype of ``log_self`` (at least float32).
 
         Memory: ``2 P c`` stored messages plus ``O(N c)`` beliefs plus one chunk.
         """
@@ -360,30 +356,7 @@ class BeliefPropagation(nn.Module):
         log_self = log_normalize(log_self.to(dtype))
         if clamp is not None:
             log_self[known_idx] = clamp
-        log_belief = log_self
-        msg = torch.zeros((pairs.size(1), 2, c), dtype=message_dtype, device=log_self.device)
-        u_all, v_all = pairs[0], pairs[1]
-        for _ in range(steps):
-            acc = log_self.clone()
-            for start in range(0, pairs.size(1), pair_chunk):
-                s = slice(start, start + pair_chunk)
-                u, v = u_all[s].long(), v_all[s].long()
-                old = msg[s].to(dtype)  # [p, 2, c]: [:, 0] is u -> v, [:, 1] is v -> u
-                cav = torch.stack([log_belief.index_select(0, u) - old[:, 1], log_belief.index_select(0, v) - old[:, 0]], 1)
-                new = normalized_message(cav.view(-1, c), log_H).view(-1, 2, c)
-                if self.damping > 0:
-                    new = log_normalize(torch.logaddexp(new + math.log1p(-self.damping),
-                                                        log_normalize(old) + math.log(self.damping)))
-                # stored centred over the classes: beliefs ignore a constant per message, and small
-                # centred values round far less than log-normalised ones (about -log c each)
-                msg[s] = (new - new.mean(-1, keepdim=True)).to(message_dtype)
-                stored = msg[s].to(dtype)  # aggregate exactly what the next step's cavity will subtract
-                acc.index_add_(0, v, stored[:, 0])
-                acc.index_add_(0, u, stored[:, 1])
-            log_belief = log_normalize(acc)
-            if clamp is not None:
-                log_belief[known_idx] = clamp
-        return log_belief
+        return pair_bp(log_self, pairs, log_H, steps, self.damping, known_idx, clamp, pair_chunk, message_dtype)
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,263 @@
+r"""In-place loopy BP on undirected edge pairs, for one process or one part of a partitioned graph.
+
+The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once). The messages of
+both directions of a pair sit in one buffer ``[2, P, c]`` (row 0: :math:`u \to v`, row 1:
+:math:`v \to u`) in ``message_dtype``. The new :math:`m_{u\to v}` and :math:`m_{v\to u}` depend
+only on the previous beliefs and on each other's previous values, so a chunk of pairs is
+updated in place, both directions together: one buffer instead of two, no ``[E, c]``
+temporaries beyond a chunk, and the new beliefs accumulate chunk by chunk. The result is the
+synchronous update of :class:`~gbpn.nn.bp.BeliefPropagation` up to the rounding of the stored
+messages.
+
+Two domains (:func:`pair_bp` picks one):
+
+- *linear* (any coupling whose :math:`\log H` spread is below 60): messages are stored
+  normalised, :math:`m_{u\to v} \propto (b_u / m_{v\to u})^\top H` with
+  :math:`b_u = \exp(\log p_u - \max)`: one exponential per node instead of one per edge;
+- *log*: messages are stored as log-messages centred over the classes (beliefs ignore a
+  constant per message, and centred values round far less in half precision than
+  log-normalised ones), for wider couplings and float16 storage.
+
+Beliefs always accumulate in the log domain, from exactly the stored (rounded) messages that
+the next step's cavity divides out.
+
+A part of a partitioned graph (:mod:`gbpn.distributed`) also has *cut* edges
+(:class:`Boundary`): for a cut edge :math:`u \to w` with :math:`u` local, this part stores
+only the incoming :math:`m_{w\to u}`. Each step it computes :math:`m_{u\to w}` from
+:math:`b_u` and that stored message, sends it to :math:`w`'s part and receives the new
+:math:`m_{w\to u}` in return (damping is applied by the receiver, which holds the old value).
+Every directed message is therefore computed once and stored once over all parts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import torch
+from torch import Tensor
+
+from gbpn.nn.functional import log_normalize, normalized_message
+
+# Above this spread of log H the linear domain could overflow float32 (see functional.linear_message).
+LINEAR_MAX_SPREAD = 60.0
+
+
+@dataclass
+class Boundary:
+    r"""The cut edges of one part, and how to swap messages over them.
+
+    ``node[k]`` is the local endpoint of cut edge ``k``; rows are grouped by the rank that owns
+    the other endpoint (``counts[q]`` rows for rank ``q``, ascending ``q``) and, within a peer,
+    ordered by the undirected edge (:math:`\min \cdot N + \max` of the global ids), so both parts
+    list a shared edge at the same position. ``exchange(send, send_counts)`` sends
+    ``send_counts[q]`` consecutive rows to rank ``q`` and returns the rows received, grouped the
+    same way (``torch.distributed.all_to_all_single``); ``rounds`` (the same on every rank)
+    splits each step's exchange so that only ``ceil(count / rounds)`` rows per peer are in
+    flight at a time.
+    """
+
+    node: Tensor
+    counts: List[int]
+    exchange: Callable[[Tensor, List[int]], Tensor]
+    rounds: int = 1
+    bytes_sent: int = field(default=0, init=False)
+
+    def round_rows(self, k: int) -> List[Tensor]:
+        """Row indices of round ``k``, one tensor per peer (possibly empty)."""
+        out, start = [], 0
+        for n in self.counts:
+            size = -(-n // self.rounds) if n else 0
+            lo = min(k * size, n)
+            out.append(torch.arange(start + lo, start + min(lo + size, n)))
+            start += n
+        return out
+
+
+class _Linear:
+    r"""Messages in the linear domain. Stored as :math:`s\,m - o` for the normalised message :math:`m`,
+    with :math:`s = c`: :math:`c\,m` in the compute dtype (:math:`o = 0`), and in a narrower storage
+    type as the deviation from uniform, :math:`c\,m - 1` (:math:`o = 1`), which rounds far less for the
+    near-uniform messages most edges carry (bfloat16 keeps 8 bits of each stored value). The scale
+    :math:`c` centres the log-messages that beliefs sum near 0 instead of :math:`-\log c`: a node with
+    thousands of neighbours then sums small numbers and keeps float32's precision."""
+
+    def __init__(self, log_H: Tensor, damping: float, c: int, deviation: bool):
+        self.H = torch.exp(log_H - log_H.max())
+        self.row_sum = self.H.sum(dim=1)
+        self.damping = damping
+        self.scale, self.offset = float(c), (1.0 if deviation else 0.0)
+        self.init = 1.0 / c * self.scale - self.offset
+
+    def table(self, log_belief: Tensor) -> Tensor:
+        return torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
+
+    def load_(self, stored: Tensor) -> Tensor:
+        """Stored values (a compute-dtype copy) to something proportional to the message, in place."""
+        return stored.add_(self.offset) if self.offset else stored
+
+    def cavity_(self, rows: Tensor, rev_msg: Tensor) -> Tensor:
+        return rows.div_(rev_msg)
+
+    def message(self, cav: Tensor) -> Tensor:
+        return (cav @ self.H).div_((cav @ self.row_sum).unsqueeze(-1))
+
+    def stored_message_(self, prod: Tensor, c: int) -> Tensor:
+        """``prod = cav @ [H | H 1]`` to the stored form of the normalised messages, in place."""
+        new = prod[:, :c].mul_(prod[:, c:].reciprocal().mul_(self.scale))
+        return new.sub_(self.offset) if self.offset else new
+
+    def damp(self, new: Tensor, loaded: Tensor) -> Tensor:
+        return new.mul_(1 - self.damping).add_(loaded, alpha=self.damping / self.scale)
+
+    def to_store(self, new: Tensor) -> Tensor:
+        new = new.mul_(self.scale)
+        return new.sub_(self.offset) if self.offset else new
+
+    def normalized_(self, stored: Tensor) -> Tensor:
+        return self.load_(stored).div_(self.scale)
+
+    def log_(self, stored: Tensor) -> Tensor:
+        """Log-messages (up to a constant per message) of a compute-dtype copy of stored values, in place."""
+        return stored.log1p_() if self.offset else stored.log_()
+
+
+class _Log:
+    """Log-messages stored centred over the classes."""
+
+    def __init__(self, log_H: Tensor, damping: float):
+        self.log_H = log_H
+        self.damping = damping
+        self.init = 0.0
+
+    def table(self, log_belief: Tensor) -> Tensor:
+        return log_belief
+
+    def load_(self, stored: Tensor) -> Tensor:
+        return stored
+
+    def cavity_(self, rows: Tensor, rev_msg: Tensor) -> Tensor:
+        return rows.sub_(rev_msg)
+
+    def message(self, cav: Tensor) -> Tensor:
+        return normalized_message(cav, self.log_H)
+
+    def damp(self, new: Tensor, loaded: Tensor) -> Tensor:
+        return log_normalize(torch.logaddexp(new + math.log1p(-self.damping),
+                                             log_normalize(loaded) + math.log(self.damping)))
+
+    def to_store(self, new: Tensor) -> Tensor:
+        return new - new.mean(-1, keepdim=True)
+
+    def normalized_(self, stored: Tensor) -> Tensor:
+        return log_normalize(stored)
+
+    def log_(self, stored: Tensor) -> Tensor:
+        return stored
+
+
+def use_linear(log_H: Tensor, message_dtype: torch.dtype) -> bool:
+    """Whether :func:`pair_bp` runs in the linear domain: a coupling narrow enough and a storage
+    type with float32's exponent range (float16 underflows small messages)."""
+    return message_dtype != torch.float16 and float(log_H.max() - log_H.min()) < LINEAR_MAX_SPREAD
+
+
+@torch.no_grad()
+def pair_bp(
+    log_self: Tensor,
+    pairs: Tensor,
+    log_H: Tensor,
+    num_steps: int,
+    damping: float = 0.0,
+    known_idx: Optional[Tensor] = None,
+    clamp: Optional[Tensor] = None,
+    chunk: int = 1 << 20,
+    message_dtype: torch.dtype = torch.float32,
+    boundary: Optional[Boundary] = None,
+    on_step: Optional[Callable[[int], None]] = None,
+) -> Tensor:
+    r"""``num_steps`` synchronous BP steps on the local ``pairs`` (and the cut edges of
+    ``boundary``); returns the normalised log-beliefs of the local nodes.
+
+    Args:
+        log_self: normalised log self-potentials ``[n, c]``, already clamped at ``known_idx``;
+            its dtype is the compute dtype.
+        pairs: local undirected edges ``[2, P]`` (local node ids, any integer dtype).
+        log_H: the coupling's log ``[c, c]``.
+        known_idx, clamp: nodes whose belief is pinned to ``clamp`` ``[k, c]`` every step.
+        chunk: pairs (and cut edges) per chunk.
+        message_dtype: storage of the messages (bfloat16 halves float32).
+        boundary: the cut edges of this part, ``None`` on a whole graph.
+        on_step: called with the step number after each step.
+    """
+    n, c = log_self.shape
+    dtype = log_self.dtype
+    same = message_dtype == dtype  # no round trip through the storage type
+    domain = (_Linear(log_H.to(dtype), damping, c, deviation=not same) if use_linear(log_H, message_dtype)
+              else _Log(log_H.to(dtype), damping))
+    num_pairs = pairs.size(1)
+    msg = torch.full((2, num_pairs, c), domain.init, dtype=message_dtype, device=log_self.device)
+    cut = None
+    if boundary is not None:
+        cut = torch.full((boundary.node.numel(), c), domain.init, dtype=message_dtype, device=log_self.device)
+    # chunk buffers, reused: cavities (then the logs of the stored messages), previous messages in
+    # the compute dtype (mixed-dtype arithmetic is several times slower than a copy), products
+    rows = 2 * min(chunk, max(num_pairs, 1))
+    cav_buf, old_buf = log_self.new_empty((rows, c)), log_self.new_empty((2, rows // 2, c))
+    fused = isinstance(domain, _Linear) and damping == 0
+    if fused:  # [H | H 1]: one product gives the messages and their normalisers
+        H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
+        prod_buf = log_self.new_empty((rows, c + 1))
+    log_belief = log_self
+    for step in range(num_steps):
+        table = domain.table(log_belief)
+        acc = log_self.clone()
+        for start in range(0, num_pairs, chunk):
+            s = slice(start, start + chunk)
+            uv = pairs[:, s].reshape(-1).long()  # u then v
+            p = uv.numel() // 2
+            stored = msg[:, s]  # [2, p, c] in the storage type: row 0 u -> v, row 1 v -> u
+            old = stored if same else domain.load_(old_buf[:, :p].copy_(stored))
+            cav = torch.index_select(table, 0, uv, out=cav_buf[: 2 * p])
+            domain.cavity_(cav[:p], old[1])  # b_u / m_{v -> u}
+            domain.cavity_(cav[p:], old[0])
+            if fused:
+                new = domain.stored_message_(torch.mm(cav, H1, out=prod_buf[: 2 * p]), c).view(2, p, c)
+            else:
+                new = domain.message(cav).view(2, p, c)
+                if damping > 0:
+                    new = domain.damp(new, old)
+                new = domain.to_store(new)
+            stored.copy_(new)
+            # the beliefs take exactly the stored (rounded) messages that the next cavity divides out
+            lg = domain.log_(new if same else cav.view(2, p, c).copy_(stored))
+            acc.index_add_(0, uv[p:], lg[0])
+            acc.index_add_(0, uv[:p], lg[1])
+        if boundary is not None:
+            _boundary_step(boundary, domain, table, cut, acc, dtype, damping)
+        log_belief = log_normalize(acc)
+        if known_idx is not None:
+            log_belief[known_idx] = clamp
+        if on_step is not None:
+            on_step(step)
+    return log_belief
+
+
+def _boundary_step(b: Boundary, domain, table: Tensor, cut: Tensor, acc: Tensor, dtype: torch.dtype,
+                   damping: float) -> None:
+    """Send the new messages out of this part over the cut edges, receive the new incoming ones,
+    store them and add their logs to the beliefs, a round at a time."""
+    for k in range(b.rounds):
+        per_peer = b.round_rows(k)
+        rows = torch.cat(per_peer)
+        old = domain.load_(cut.index_select(0, rows).to(dtype))  # the incoming m_{w -> u}
+        node = b.node.index_select(0, rows).long()
+        out = domain.message(domain.cavity_(table.index_select(0, node), old))
+        send = domain.to_store(out).to(cut.dtype)
+        b.bytes_sent += send.numel() * send.element_size()
+        recv = b.exchange(send, [r.numel() for r in per_peer])
+        if damping > 0:  # the receiver holds the old message, so it damps
+            new = domain.normalized_(recv.to(dtype, copy=True))
+            recv = domain.to_store(domain.damp(new, old)).to(cut.dtype)
+        cut.index_copy_(0, rows, recv)
+        acc.index_add_(0, node, domain.log_(recv.to(dtype)))

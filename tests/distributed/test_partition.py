@@ -1,0 +1,148 @@
+import threading
+from collections import Counter
+
+import pytest
+import torch
+
+from gbpn.distributed.partition import build_part, partition, range_parts
+from gbpn.nn import BeliefPropagation
+from gbpn.nn.functional import clamp_log_potential, log_normalize
+from gbpn.nn.pairs import Boundary, pair_bp
+
+
+def random_pairs(n, m, seed):
+    g = torch.Generator().manual_seed(seed)
+    u, v = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
+    keep = u != v
+    key = torch.unique(torch.minimum(u, v)[keep] * n + torch.maximum(u, v)[keep])
+    return torch.stack([key // n, key % n])
+
+
+@pytest.mark.parametrize("method", ["ranges", "metis"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_parts_cover_every_directed_edge_once(method, world):
+    pytest.importorskip("pymetis") if method == "metis" else None
+    n, pairs = 200, random_pairs(200, 900, 0)
+    part = partition(pairs, n, world, method)
+    assert sorted(part.unique().tolist()) == list(range(world))
+    computed, received = Counter(), Counter()
+    cut_rows = {}
+    for r in range(world):
+        p = build_part(pairs, part, r, world)
+        assert torch.equal(p.nodes, (part == r).nonzero().view(-1))
+        g = p.nodes[p.pairs.long()]  # local edges in global ids: both directions live here
+        for a, b in g.t().tolist():
+            computed[(a, b)] += 1
+            computed[(b, a)] += 1
+            received[(a, b)] += 1
+            received[(b, a)] += 1
+        u = p.nodes[p.cut_node.long()]
+        assert bool((part[u] == r).all()) and bool((part[p.cut_other] != r).all())
+        for a, b in zip(u.tolist(), p.cut_other.tolist()):
+            computed[(a, b)] += 1  # the owner of the source computes a -> b
+            received[(b, a)] += 1  # and stores the incoming b -> a
+        assert p.halo == p.cut_other.unique().numel()
+        assert sum(p.cut_peer_counts) == p.cut_node.numel() and p.cut_peer_counts[r] == 0
+        start = 0
+        for q, k in enumerate(p.cut_peer_counts):
+            cut_rows[(r, q)] = [tuple(sorted(e)) for e in zip(u[start:start + k].tolist(),
+                                                                p.cut_other[start:start + k].tolist())]
+            start += k
+    directed = {(a, b) for a, b in pairs.t().tolist()} | {(b, a) for a, b in pairs.t().tolist()}
+    assert set(computed) == directed and set(computed.values()) == {1}
+    assert set(received) == directed and set(received.values()) == {1}
+    for (r, q), rows in cut_rows.items():  # both ends list a shared edge at the same row
+        assert rows == cut_rows[(q, r)]
+
+
+def test_range_parts_balance_the_edges():
+    n, pairs = 1000, random_pairs(1000, 20000, 1)
+    part = range_parts(pairs, n, 4)
+    assert bool((part[1:] >= part[:-1]).all())  # contiguous ranges
+    deg = torch.bincount(pairs.view(-1), minlength=n)
+    per_part = torch.zeros(4, dtype=torch.long).index_add_(0, part.long(), deg)
+    assert float(per_part.max()) < 1.05 * float(per_part.float().mean())
+
+
+def test_edgeless_graph_has_parts():
+    pairs = torch.empty((2, 0), dtype=torch.long)
+    part = partition(pairs, 5, 2, "ranges")
+    p = build_part(pairs, part, 0, 2)
+    assert p.pairs.size(1) == 0 and p.cut_node.numel() == 0 and p.nodes.numel() >= 1
+
+
+class ThreadExchange:
+    """All-to-all between threads that stand in for ranks."""
+
+    def __init__(self, world):
+        self.world, self.box, self.barrier = world, {}, threading.Barrier(world)
+
+    def for_rank(self, r):
+        def exchange(send, counts):
+            self.box[r] = list(send.split(counts))
+            self.barrier.wait()
+            recv = torch.cat([self.box[q][r] for q in range(self.world)])
+            self.barrier.wait()
+            return recv
+        return exchange
+
+
+def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, method, dtype, message_dtype):
+    n = log_self.size(0)
+    part = partition(pairs, n, world, method)
+    out = torch.empty_like(log_self, dtype=dtype)
+    ex = ThreadExchange(world)
+    errors = []
+
+    def run(r):
+        try:
+            p = build_part(pairs, part, r, world)
+            ls = log_normalize(log_self[p.nodes].to(dtype))
+            known = mask[p.nodes].nonzero().view(-1)
+            clamp = clamp_log_potential(labels[p.nodes][known], ls.size(1), dtype)
+            ls[known] = clamp
+            b = Boundary(p.cut_node, p.cut_peer_counts, ex.for_rank(r), rounds=3)
+            out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=17,
+                                   message_dtype=message_dtype, boundary=b)
+        except Exception as err:  # surfaced below: a thread's exception would otherwise vanish
+            errors.append(err)
+            ex.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("damping", [0.0, 0.3])
+@pytest.mark.parametrize("world,method", [(2, "ranges"), (3, "metis")])
+@pytest.mark.parametrize("wide", [False, True])
+def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide):
+    if method == "metis":
+        pytest.importorskip("pymetis")
+    n, pairs = 120, random_pairs(120, 500, 2)
+    torch.manual_seed(3)
+    log_self = torch.randn(n, 4, dtype=torch.float64)
+    labels, mask = torch.randint(0, 4, (n,)), torch.rand(n) < 0.25
+    layer = BeliefPropagation(4, num_steps=6, damping=damping)
+    with torch.no_grad():
+        layer.coupling.weight.normal_()
+        if wide:  # a coupling too wide for the linear domain: the log-domain path
+            layer.coupling.weight.mul_(40.0)
+    log_H = layer.log_H.detach().double()
+    ei = torch.cat([pairs, pairs.flip(0)], 1)
+    with torch.no_grad():
+        ref = layer(log_self, ei, known_labels=labels, known_mask=mask)
+    got = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float64, torch.float64)
+    torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
+    assert torch.equal(got[mask].argmax(1), labels[mask])  # evidence stays clamped in every part
+    if wide:  # float32 cannot hold this coupling (the BP layer refuses it)
+        assert float(log_H.max() - log_H.min()) > 60
+        return
+    # stored in bfloat16 (as deviations from uniform, or centred logs): only the storage rounds
+    half = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float32,
+                          torch.bfloat16)
+    assert (half.double().exp() - ref.exp()).abs().max() < 3e-2
