@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> None:
                                         chunk=args.chunk, partitioner=args.partitioner)
     seconds = time.perf_counter() - t
     peaks = all_gather_object(peak_gb())
+    if world > 1:
+        torch.distributed.destroy_process_group()
     if rank != 0:
         return
     row = {"world_size": world, "threads": args.threads, "seconds": seconds, "peak_rss_gb": peaks,

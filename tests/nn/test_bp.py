@@ -211,8 +211,10 @@ def test_in_place_pair_inference_equals_the_synchronous_update():
         full = layer(log_phi, ei, known_labels=labels, known_mask=mask)
         in_place = layer.infer_pairs(log_phi, pairs, labels, mask, pair_chunk=7, message_dtype=torch.float32)
         half = layer.infer_pairs(log_phi, pairs, labels, mask, pair_chunk=7, message_dtype=torch.bfloat16)
+        fp16 = layer.infer_pairs(log_phi, pairs, labels, mask, pair_chunk=7, message_dtype=torch.float16)  # log domain
     torch.testing.assert_close(in_place, full, atol=1e-5, rtol=1e-5)
     assert (half.exp() - full.exp()).abs().max() < 2e-2  # only the stored messages are rounded
+    assert (fp16.exp() - full.exp()).abs().max() < 2e-2
     assert torch.equal(in_place[mask].argmax(1), labels[mask])  # evidence stays clamped
 
 

@@ -8,7 +8,7 @@ is up) and ``torchrun ... -m gbpn predict ...`` runs partitioned full-graph BP
 from __future__ import annotations
 
 import os
-from typing import Any, List, Tuple
+from typing import Any, Callable, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -63,11 +63,16 @@ def all_gather_object(obj: Any) -> List[Any]:
     return out
 
 
-def all_to_all_rows(send: Tensor, counts: List[int]) -> Tensor:
-    """Row blocks ``counts[q]`` of ``send`` to rank ``q``; returns the blocks received, grouped by
-    sender. The counts are symmetric (rank ``q`` sends this rank as many rows as it receives).
-    Every type travels as bytes (gloo has no bfloat16)."""
-    wire = send.contiguous().view(torch.uint8)
-    recv = torch.empty_like(wire)
-    dist.all_to_all_single(recv, wire, output_split_sizes=counts, input_split_sizes=counts)
-    return recv.view(send.dtype)
+def all_to_all_rows(send: Tensor, counts: List[int], recv: Tensor) -> Callable[[], Tensor]:
+    """Start sending row blocks ``counts[q]`` of ``send`` to rank ``q``; returns a function that
+    waits for the blocks received into ``recv`` (same shape), grouped by sender. The counts are
+    symmetric (rank ``q`` sends this rank as many rows as it receives). Every type travels as
+    bytes (gloo has no bfloat16)."""
+    work = dist.all_to_all_single(recv.view(torch.uint8), send.contiguous().view(torch.uint8),
+                                  output_split_sizes=counts, input_split_sizes=counts, async_op=True)
+
+    def wait() -> Tensor:
+        work.wait()
+        return recv
+
+    return wait

@@ -61,7 +61,7 @@ def partitioned_predict(
     message_dtype: torch.dtype = torch.float32,
     chunk: int = 1 << 20,
     partitioner: str = "auto",
-    round_rows: int = 1 << 20,
+    round_rows: int = 1 << 18,
     node_chunk: int = 1 << 16,
 ) -> Tuple[Optional[Tensor], Dict]:
     """Log-beliefs ``[N, c]`` on rank 0 (``None`` on the others) and a report: the partition

@@ -90,11 +90,12 @@ class Part:
                 "halo": self.halo}
 
 
-def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int, index_dtype=torch.int32) -> Part:
+def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int) -> Part:
     """The :class:`Part` of ``rank`` from the global undirected ``pairs`` ``[2, P]`` (each edge once)
     and the node parts ``part`` ``[N]``. Streams over the pairs in chunks: besides the result it
-    needs ``O(N)`` and one chunk."""
+    needs ``O(N)`` and one chunk. Node ids are int32 up to 2^31 nodes."""
     num_nodes = part.numel()
+    index_dtype = torch.int32 if num_nodes < 2**31 else torch.int64
     nodes = (part == rank).nonzero().view(-1)
     local_id = torch.full((num_nodes,), -1, dtype=torch.int64)
     local_id[nodes] = torch.arange(nodes.numel())
@@ -117,7 +118,7 @@ def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int, index_dty
     order = _lexsort(peer, key)
     counts = torch.bincount(peer, minlength=num_parts).tolist()
     return Part(nodes=nodes, pairs=torch.cat(local, 1) if local else torch.empty((2, 0), dtype=index_dtype),
-                cut_node=node[order].to(index_dtype), cut_other=other[order], cut_peer_counts=counts,
+                cut_node=node[order].to(index_dtype), cut_other=other[order].to(index_dtype), cut_peer_counts=counts,
                 halo=int(torch.unique(other).numel()))
 
 

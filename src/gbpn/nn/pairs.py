@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -50,26 +50,27 @@ class Boundary:
     ``node[k]`` is the local endpoint of cut edge ``k``; rows are grouped by the rank that owns
     the other endpoint (``counts[q]`` rows for rank ``q``, ascending ``q``) and, within a peer,
     ordered by the undirected edge (:math:`\min \cdot N + \max` of the global ids), so both parts
-    list a shared edge at the same position. ``exchange(send, send_counts)`` sends
-    ``send_counts[q]`` consecutive rows to rank ``q`` and returns the rows received, grouped the
-    same way (``torch.distributed.all_to_all_single``); ``rounds`` (the same on every rank)
-    splits each step's exchange so that only ``ceil(count / rounds)`` rows per peer are in
-    flight at a time.
+    list a shared edge at the same position. ``exchange(send, send_counts, recv)`` starts sending
+    ``send_counts[q]`` consecutive rows to rank ``q`` and returns a function that waits for the
+    rows received into ``recv``, grouped the same way (``torch.distributed.all_to_all_single`` with
+    ``async_op=True``), so the local edges are computed while messages travel. ``rounds`` (the
+    same on every rank) splits each step's exchange so that only ``ceil(count / rounds)`` rows per
+    peer are in flight at a time.
     """
 
     node: Tensor
     counts: List[int]
-    exchange: Callable[[Tensor, List[int]], Tensor]
+    exchange: Callable[[Tensor, List[int], Tensor], Callable[[], Tensor]]
     rounds: int = 1
     bytes_sent: int = field(default=0, init=False)
 
-    def round_rows(self, k: int) -> List[Tensor]:
-        """Row indices of round ``k``, one tensor per peer (possibly empty)."""
+    def round_spans(self, k: int) -> List[Tuple[int, int]]:
+        """Rows ``[lo, hi)`` of round ``k``, one span per peer (possibly empty)."""
         out, start = [], 0
         for n in self.counts:
             size = -(-n // self.rounds) if n else 0
             lo = min(k * size, n)
-            out.append(torch.arange(start + lo, start + min(lo + size, n)))
+            out.append((start + lo, start + min(lo + size, n)))
             start += n
         return out
 
@@ -208,11 +209,16 @@ def pair_bp(
     if fused:  # [H | H 1]: one product gives the messages and their normalisers
         H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
         prod_buf = log_self.new_empty((rows, c + 1))
+    round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused) if boundary is not None else None
     log_belief = log_self
     for step in range(num_steps):
         table = domain.table(log_belief)
         acc = log_self.clone()
-        for start in range(0, num_pairs, chunk):
+        # cut edges: a round's messages travel while the next local chunks are computed
+        rounds = (_Rounds(boundary, domain, table, cut, acc, H1 if fused else None, round_buf)
+                  if boundary is not None else None)
+        num_chunks = -(-num_pairs // chunk)
+        for i, start in enumerate(range(0, num_pairs, chunk)):
             s = slice(start, start + chunk)
             uv = pairs[:, s].reshape(-1).long()  # u then v
             p = uv.numel() // 2
@@ -233,8 +239,11 @@ def pair_bp(
             lg = domain.log_(new if same else cav.view(2, p, c).copy_(stored))
             acc.index_add_(0, uv[p:], lg[0])
             acc.index_add_(0, uv[:p], lg[1])
-        if boundary is not None:
-            _boundary_step(boundary, domain, table, cut, acc, dtype, damping)
+            if rounds is not None:
+                rounds.advance(-(-(i + 1) * boundary.rounds // num_chunks))
+        if rounds is not None:
+            rounds.advance(boundary.rounds)
+            rounds.finish()
         log_belief = log_normalize(acc)
         if known_idx is not None:
             log_belief[known_idx] = clamp
@@ -243,21 +252,70 @@ def pair_bp(
     return log_belief
 
 
-def _boundary_step(b: Boundary, domain, table: Tensor, cut: Tensor, acc: Tensor, dtype: torch.dtype,
-                   damping: float) -> None:
-    """Send the new messages out of this part over the cut edges, receive the new incoming ones,
-    store them and add their logs to the beliefs, a round at a time."""
-    for k in range(b.rounds):
-        per_peer = b.round_rows(k)
-        rows = torch.cat(per_peer)
-        old = domain.load_(cut.index_select(0, rows).to(dtype))  # the incoming m_{w -> u}
-        node = b.node.index_select(0, rows).long()
-        out = domain.message(domain.cavity_(table.index_select(0, node), old))
-        send = domain.to_store(out).to(cut.dtype)
-        b.bytes_sent += send.numel() * send.element_size()
-        recv = b.exchange(send, [r.numel() for r in per_peer])
-        if damping > 0:  # the receiver holds the old message, so it damps
-            new = domain.normalized_(recv.to(dtype, copy=True))
-            recv = domain.to_store(domain.damp(new, old)).to(cut.dtype)
-        cut.index_copy_(0, rows, recv)
-        acc.index_add_(0, node, domain.log_(recv.to(dtype)))
+class _Rounds:
+    """One step's exchange over the cut edges, round by round: a round's outgoing messages are
+    computed and sent, and received (stored, added to the beliefs) only when the next round
+    starts, so each round travels while other work runs. ``buffers`` (:func:`_round_buffers`) are
+    reused by every round of every step: no allocation (and page faults) per round."""
+
+    def __init__(self, b: Boundary, domain, table: Tensor, cut: Tensor, acc: Tensor, H1: Optional[Tensor],
+                 buffers: dict):
+        self.b, self.domain, self.table, self.cut, self.acc, self.H1 = b, domain, table, cut, acc, H1
+        self.buf = buffers
+        self.started, self.pending = 0, None
+
+    def advance(self, target: int) -> None:
+        """Start rounds until ``target`` have started (finishing the one in flight before each)."""
+        while self.started < min(target, self.b.rounds):
+            self.finish()
+            self.pending = self._send(self.started)
+            self.started += 1
+
+    def _send(self, k: int):
+        b, d, c, buf = self.b, self.domain, self.cut.size(1), self.buf
+        spans = b.round_spans(k)
+        old, off = [], 0
+        for lo, hi in spans:
+            m = hi - lo
+            if m == 0:
+                old.append(None)
+                continue
+            prev = d.load_(buf["f"][:m].copy_(self.cut[lo:hi]))  # the incoming m_{w -> u}
+            cav = torch.index_select(self.table, 0, b.node[lo:hi].long(), out=buf["cav"][:m])
+            d.cavity_(cav, prev)
+            if self.H1 is not None:
+                new = d.stored_message_(torch.mm(cav, self.H1, out=buf["prod"][:m]), c)
+            else:
+                new = d.to_store(d.message(cav))
+            buf["send"][off:off + m].copy_(new)
+            old.append(prev.clone() if d.damping > 0 else None)  # the receiver damps: it holds the old message
+            off += m
+        b.bytes_sent += off * c * buf["send"].element_size()
+        counts = [hi - lo for lo, hi in spans]
+        return spans, old, b.exchange(buf["send"][:off], counts, buf["recv"][:off])
+
+    def finish(self) -> None:
+        if self.pending is None:
+            return
+        spans, old, wait = self.pending
+        self.pending = None
+        recv, d, dtype, off = wait(), self.domain, self.table.dtype, 0
+        for (lo, hi), prev in zip(spans, old):
+            m = hi - lo
+            if m == 0:
+                continue
+            r = recv[off:off + m]
+            off += m
+            if prev is not None:
+                r = d.to_store(d.damp(d.normalized_(r.to(dtype, copy=True)), prev))
+            self.cut[lo:hi].copy_(r)
+            self.acc.index_add_(0, self.b.node[lo:hi].long(), d.log_(self.buf["f"][:m].copy_(self.cut[lo:hi])))
+
+
+def _round_buffers(b: Boundary, c: int, dtype: torch.dtype, message_dtype: torch.dtype, fused: bool) -> dict:
+    rows = sum(-(-n // b.rounds) for n in b.counts)  # the largest round
+    out = {"f": torch.empty((rows, c), dtype=dtype), "cav": torch.empty((rows, c), dtype=dtype),
+           "send": torch.empty((rows, c), dtype=message_dtype), "recv": torch.empty((rows, c), dtype=message_dtype)}
+    if fused:
+        out["prod"] = torch.empty((rows, c + 1), dtype=dtype)
+    return out
