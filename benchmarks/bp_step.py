@@ -7,8 +7,9 @@ process's peak RSS growth over what the graph itself needs (VmHWM reset after se
 
     python benchmarks/bp_step.py --nodes 169343 --edges 1166243 --classes 2 7 40 47
 
-"BP" is what ``BeliefPropagation`` runs at inference (paired edge layout, linear-domain
-messages): its step time is (t(K = 3) - t(K = 1)) / 2 over whole forward calls, so set-up
+"BP" is what ``BeliefPropagation`` runs at inference, the fused numba kernel (``kernel="fused"``,
+gbpn.nn.fused), "eager" the same layer with ``kernel="eager"`` (paired edge layout, linear-domain
+messages), measured in the same run: its step time is (t(K = 3) - t(K = 1)) / 2 over whole forward calls, so set-up
 cancels, and its memory the peak of the K = 3 call, message buffers included.
 "log" is the log-domain step that training back-propagates through (cavity with a reverse
 gather, normalized_message, aggregate), timed on its own; its memory counts temporaries only.
@@ -77,14 +78,33 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         def run():
             with torch.no_grad():
                 return conv(x, ei)
-    elif op == "bp":
+    elif op in ("bp", "eager"):
         from gbpn.nn.bp import BeliefPropagation
 
-        layer = BeliefPropagation(c, learn_coupling=False, coupling_init=log_H.exp().cpu()).to(device)
+        layer = BeliefPropagation(c, learn_coupling=False, coupling_init=log_H.exp().cpu(),
+                                  kernel="fused" if op == "bp" else "eager").to(device)
 
         def run(k=1):
             with torch.no_grad():
                 return layer(log_self, ei, rev_index=rev, num_steps=k)
+    elif op in ("train-fused", "train-eager"):  # forward + backward of K = 5 steps, learnable coupling
+        from gbpn.nn.bp import BeliefPropagation
+
+        layer = BeliefPropagation(c, coupling_init=log_H.exp().cpu(), kernel=op[6:]).to(device)
+        x = log_self.clone().requires_grad_()
+        weight = torch.randn(n, c, generator=g).to(device)
+
+        def run():
+            (layer(x, ei, rev_index=rev, num_steps=5) * weight).sum().backward()
+    elif op == "gcn2-train":  # two GCNConv(c, c) layers, forward + backward
+        from torch_geometric.nn import GCNConv
+
+        convs = [GCNConv(c, c, cached=True).to(device) for _ in range(2)]
+        x = torch.randn(n, c, generator=g).to(device).requires_grad_()
+        weight = torch.randn(n, c, generator=g).to(device)
+
+        def run():
+            (convs[1](torch.relu(convs[0](x, ei)), ei) * weight).sum().backward()
     else:
         def run():
             with torch.no_grad():
@@ -114,7 +134,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 
-    if op == "bp":
+    if op in ("bp", "eager"):
         seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
     else:
         seconds = median_time(run)
@@ -132,6 +152,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--plain-edge-fraction", type=float, default=0.1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (GPU memory: peak allocated bytes)")
+    ap.add_argument("--train", action="store_true",
+                    help="also time forward + backward of K = 5 steps (fused and eager) against a two-layer GCN")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -142,12 +164,15 @@ def main() -> None:
     where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
     print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}")
     u, unit = (1000.0, "ms") if args.device != "cpu" else (1.0, "s")  # GPU steps take well under a millisecond
-    print(f"{'c':>3} {'BP ' + unit:>8} {'GCNConv ' + unit:>10} {'BP/GCN':>7} {'log ' + unit:>8} {'log/GCN':>8} "
-          f"{'plain ' + unit:>9} "
-          f"{'plain/BP':>9} {'BP MB':>8} {'log MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}")
+    print(f"{'c':>3} {'BP ' + unit:>8} {'GCNConv ' + unit:>10} {'BP/GCN':>7} {'eager ' + unit:>9} {'eager/BP':>9} "
+          f"{'log ' + unit:>8} {'log/GCN':>8} {'plain ' + unit:>9} "
+          f"{'plain/BP':>9} {'BP MB':>8} {'log MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}"
+          + (f" {'train ' + unit:>9} {'eager tr':>9} {'GCN2 tr':>9} {'train/GCN2':>10} {'eager/train':>11}"
+             if args.train else ""))
     for c in args.classes:
         res = {}
-        for op in ("bp", "log", "gcn", "plain"):
+        for op in ("bp", "eager", "log", "gcn", "plain") + (("train-fused", "train-eager", "gcn2-train")
+                                                            if args.train else ()):
             cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
                    str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
                    "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
@@ -156,11 +181,17 @@ def main() -> None:
         lean, logd, gcn, plain = res["bp"], res["log"], res["gcn"], res["plain"]
         mark = "~" if c >= 20 and args.plain_edge_fraction < 1 else ""
         print(f"{c:>3} {u * lean['seconds']:>8.3f} {u * gcn['seconds']:>10.3f} {lean['seconds'] / gcn['seconds']:>7.2f} "
+              f"{u * res['eager']['seconds']:>9.3f} {res['eager']['seconds'] / lean['seconds']:>9.2f} "
               f"{u * logd['seconds']:>8.3f} {logd['seconds'] / gcn['seconds']:>8.2f} "
               f"{mark + format(u * plain['seconds'], '.3f'):>9} {plain['seconds'] / lean['seconds']:>9.1f} "
               f"{lean['peak_mb']:>8.0f} {logd['peak_mb']:>8.0f} {gcn['peak_mb']:>8.0f} "
               f"{mark + format(plain['peak_mb'], '.0f'):>9} "
-              f"{plain['peak_mb'] / max(lean['peak_mb'], 1e-9):>12.1f}", flush=True)
+              f"{plain['peak_mb'] / max(lean['peak_mb'], 1e-9):>12.1f}"
+              + (f" {u * res['train-fused']['seconds']:>9.3f} {u * res['train-eager']['seconds']:>9.3f} "
+                 f"{u * res['gcn2-train']['seconds']:>9.3f} "
+                 f"{res['train-fused']['seconds'] / res['gcn2-train']['seconds']:>10.2f} "
+                 f"{res['train-eager']['seconds'] / res['train-fused']['seconds']:>11.2f}" if args.train else ""),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Seconds per full-batch GBPN training step (forward + backward + AdamW, K = 5, transductive) and peak memory.
 
 Each (dataset, threads, kernel) cell runs in its own process so that peak RSS is its own.
-``lean`` is the library's kernel (float32 throughout); ``plain`` swaps in the E x c x c
+``lean`` is the library's kernel (float32 throughout; the fused numba BP kernel where it applies);
+``eager`` the same step with ``kernel="eager"`` (today's reference path); ``plain`` swaps in the E x c x c
 log-sum-exp form, measured in the same run as the in-run baseline; ``bf16`` is the lean kernel
 with the MLP's hidden layers in bfloat16 (``--precision bf16``; BP stays float32); ``mlp`` is the
 same step with K = 0 (the MLP alone: a floor no BP kernel can go under); ``depth1`` is the lean step with a
@@ -74,6 +75,8 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
     torch.manual_seed(0)
     dropout = default_dropout(data.num_features, int(train.sum()))
     model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout))
+    if kernel in ("eager", "plain"):  # the plain form replaces a function of the eager path
+        model.bp.kernel = "eager"
     x = prepare_features(data.x)
     times = time_steps(model, x, data, train, steps, warmup, num_steps=0 if kernel == "mlp" else None)
     return {
@@ -101,12 +104,13 @@ def main() -> None:
         print(json.dumps(measure(ds, kernel, args.steps, args.warmup, args.data_dir)))
         return
 
-    print(f"{'dataset':<10} {'threads':>7} {'lean s/step':>12} {'plain s/step':>13} {'plain/lean':>10} "
+    print(f"{'dataset':<10} {'threads':>7} {'lean s/step':>12} {'eager s/step':>13} {'eager/lean':>10} "
+          f"{'lean/MLP':>9} {'plain s/step':>13} {'plain/lean':>10} "
           f"{'bf16 s/step':>12} {'depth1 s/step':>14} {'MLP-only':>9} {'lean MB':>8} {'plain MB':>9}")
     for ds in args.datasets:
         for threads in args.threads:
             row = {}
-            for kernel in ("lean", "plain", "bf16", "depth1", "mlp"):
+            for kernel in ("lean", "eager", "plain", "bf16", "depth1", "mlp"):
                 env = dict(os.environ)
                 cmd = [sys.executable, __file__, "--child", ds, kernel, threads, "--steps", str(args.steps),
                        "--warmup", str(args.warmup)] + (["--data-dir", args.data_dir] if args.data_dir else [])
@@ -116,7 +120,10 @@ def main() -> None:
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
                 row[kernel] = json.loads(out.stdout.strip().splitlines()[-1])
             lean, plain = row["lean"], row["plain"]
-            print(f"{ds:<10} {lean['threads']:>7} {lean['seconds_per_step']:>12.4f} {plain['seconds_per_step']:>13.4f} "
+            eager, mlp = row["eager"]["seconds_per_step"], row["mlp"]["seconds_per_step"]
+            print(f"{ds:<10} {lean['threads']:>7} {lean['seconds_per_step']:>12.4f} {eager:>13.4f} "
+                  f"{eager / lean['seconds_per_step']:>10.2f} {lean['seconds_per_step'] / mlp:>9.2f} "
+                  f"{plain['seconds_per_step']:>13.4f} "
                   f"{plain['seconds_per_step'] / lean['seconds_per_step']:>10.2f} "
                   f"{row['bf16']['seconds_per_step']:>12.4f} {row['depth1']['seconds_per_step']:>14.4f} "
                   f"{row['mlp']['seconds_per_step']:>9.4f} "

@@ -8,6 +8,17 @@ import torch
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
+def _fused_skip_reason():
+    from gbpn.nn.fused import fused_unavailable
+
+    return fused_unavailable(torch.float64)
+
+
+FUSED_SKIP = _fused_skip_reason()
+# both BP kernels (gbpn.nn.fused needs numba: its cases skip, with the reason, where it cannot run)
+KERNELS = ["eager", pytest.param("fused", marks=pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP)))]
+
+
 @pytest.fixture(scope="session")
 def data_dir():
     """Folder with the raw dataset files: $GBPN_DATA, else ../shared/datasets beside the checkout."""

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import brute_force_marginals, undirected
+from conftest import KERNELS, brute_force_marginals, undirected
 
 from gbpn.nn.bp import BeliefPropagation
 from gbpn.nn.coupling import Coupling
@@ -15,16 +15,17 @@ def _bp(c, log_H, steps, **kw):
     return layer
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("c", [2, 3])
 @pytest.mark.parametrize("evidence", [None, {2: 1, 6: 0}])
-def test_bp_on_a_tree_is_exact(c, evidence):
+def test_bp_on_a_tree_is_exact(c, evidence, kernel):
     g = torch.Generator().manual_seed(c)
     n = 7
     log_phi = torch.randn(n, c, generator=g, dtype=torch.float64)
     A = torch.randn(c, c, generator=g, dtype=torch.float64)
     log_H = A + A.T
     exact = brute_force_marginals(n, TREE, log_phi, log_H, evidence)
-    layer = _bp(c, log_H, steps=4)
+    layer = _bp(c, log_H, steps=4, kernel=kernel)
     kw = {}
     if evidence:
         labels = torch.zeros(n, dtype=torch.long)
@@ -33,6 +34,7 @@ def test_bp_on_a_tree_is_exact(c, evidence):
             labels[i], mask[i] = v, True
         kw = {"known_labels": labels, "known_mask": mask}
     log_b = layer(log_phi, undirected(TREE), **kw)
+    assert layer.last_kernel == kernel
     torch.testing.assert_close(log_b.exp(), exact, atol=1e-6, rtol=0)
 
 
@@ -90,12 +92,13 @@ def test_damping_and_tolerance_reach_the_same_fixed_point():
     assert (res[1:] <= res[:-1] * 1.5 + 1e-15).all()  # residuals decay
 
 
-def test_gradcheck_through_bp_steps():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gradcheck_through_bp_steps(kernel):
     ei = undirected([(0, 1), (1, 2), (2, 0), (2, 3), (3, 4)])
     log_phi = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
     known = torch.tensor([False, False, False, True, False])
     labels = torch.tensor([0, 0, 0, 2, 0])
-    layer = BeliefPropagation(3, num_steps=4).double()
+    layer = BeliefPropagation(3, num_steps=4, kernel=kernel).double()
     with torch.no_grad():
         layer.coupling.weight.copy_(torch.randn(3, 3, dtype=torch.float64))
 
@@ -106,15 +109,18 @@ def test_gradcheck_through_bp_steps():
                                           {"known_labels": labels, "known_mask": known})
 
     assert torch.autograd.gradcheck(g, (log_phi, w), eps=1e-6, atol=1e-5)
+    assert layer.last_kernel == kernel
 
 
-def test_gradcheck_with_edge_weights():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gradcheck_with_edge_weights(kernel):
     ei = undirected([(0, 1), (1, 2), (2, 0)])
-    w_edge = torch.tensor([0.5, 1.0, 2.0, 0.5, 1.0, 2.0], dtype=torch.float64)
+    w_edge = torch.tensor([0.5, 1.0, 2.0, 0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
     log_phi = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
     layer = BeliefPropagation(2, num_steps=3, learn_coupling=False,
-                              coupling_init=torch.tensor([[2.0, 0.5], [0.5, 2.0]])).double()
-    assert torch.autograd.gradcheck(lambda p: layer(p, ei, edge_weight=w_edge), (log_phi,), eps=1e-6, atol=1e-5)
+                              coupling_init=torch.tensor([[2.0, 0.5], [0.5, 2.0]]), kernel=kernel).double()
+    assert torch.autograd.gradcheck(lambda p, w: layer(p, ei, edge_weight=w), (log_phi, w_edge), eps=1e-6, atol=1e-5)
+    assert layer.last_kernel == kernel
 
 
 def test_edge_weight_changes_the_result_and_one_is_neutral():
@@ -157,10 +163,11 @@ def test_isolated_nodes_keep_their_self_potential():
     torch.testing.assert_close(out[2], log_phi[2])
 
 
-def test_permuting_the_edge_list_does_not_change_beliefs():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_permuting_the_edge_list_does_not_change_beliefs(kernel):
     ei = undirected([(0, 1), (1, 2), (2, 0), (2, 3), (3, 4), (4, 1)])
     log_phi = torch.randn(5, 3, dtype=torch.float64)
-    layer = BeliefPropagation(3, num_steps=5).double()
+    layer = BeliefPropagation(3, num_steps=5, kernel=kernel).double()
     with torch.no_grad():
         layer.coupling.weight.normal_()
     base = layer(log_phi, ei)

@@ -20,6 +20,7 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
+from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, spread_ok
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
 from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
@@ -61,6 +62,45 @@ def log_messages(
     if damping > 0:
         new = log_normalize(torch.logaddexp(new + math.log1p(-damping), log_msg[s] + math.log(damping)))
     return new
+
+
+def _check_kernel(kernel: str) -> str:
+    if kernel not in ("auto", "fused", "eager"):
+        raise ValueError(f"kernel must be 'auto', 'fused' or 'eager', got {kernel!r}")
+    return kernel
+
+
+def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Tensor],
+                       message_weight: Optional[Tensor], steps: int, edge_chunk: Optional[int], implicit: bool,
+                       compiling: bool) -> Optional[str]:
+    """Why the fused kernels of :mod:`gbpn.nn.fused` cannot run this call, or ``None`` if they can."""
+    if compiling or torch._C._are_functorch_transforms_active():
+        return "torch.compile / torch.func tracing needs the eager torch operations"
+    if log_self.device.type != "cpu" or log_self.dtype not in (torch.float32, torch.float64):
+        return f"no fused kernel for {log_self.dtype} on {log_self.device.type} (CPU float32/float64 only)"
+    if implicit:
+        return "backward='implicit' differentiates the fixed point on the eager path"
+    if edge_chunk is not None:
+        return "edge_chunk bounds the eager path's temporaries"
+    if steps == 0 or log_self.size(0) == 0:
+        return "nothing to propagate"
+    if message_weight is not None and message_weight.requires_grad and torch.is_grad_enabled():
+        return "gradients to message_weight"
+    if not spread_ok(log_H.detach(), None if edge_weight is None else edge_weight.detach(), log_self.dtype):
+        return "log H (times the edge weights) spreads too wide for the linear-domain kernel"
+    return fused_unavailable(log_self.dtype)
+
+
+def _outputs(log_belief: Tensor, residuals: List[Tensor], log_msg: Optional[Tensor], return_residuals: bool,
+             return_messages: bool) -> Union[Tensor, Tuple[Tensor, ...]]:
+    if not (return_residuals or return_messages):
+        return log_belief
+    out: Tuple[Tensor, ...] = (log_belief,)
+    if return_residuals:
+        out += (torch.stack(residuals) if residuals else log_belief.new_zeros(0),)
+    if return_messages:
+        out += (log_msg,)
+    return out
 
 
 class BeliefPropagation(nn.Module):
@@ -110,6 +150,13 @@ class BeliefPropagation(nn.Module):
             differentiates the fixed point implicitly (:mod:`gbpn.nn.implicit`): training
             memory is one step's, whatever the number of steps; convergence counts are in
             :attr:`implicit_stats`. (default: ``"unroll"``)
+        kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
+            forward and backward (:mod:`gbpn.nn.fused`), wherever it applies (CPU, float32/float64,
+            not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no ``backward="implicit"``
+            training, no gradient to ``message_weight``, coupling spread within the dtype) and the
+            eager path otherwise; ``"eager"`` always runs the eager path (the reference);
+            ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
+            kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. (default: ``"auto"``)
 
     The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
     after ``edge_weight`` keyword-only. ``edge_index`` may be a ``[2, E]`` tensor, a
@@ -153,8 +200,10 @@ class BeliefPropagation(nn.Module):
         learn_coupling: bool = True,
         coupling_init: Optional[Tensor] = None,
         backward: str = "unroll",
+        kernel: str = "auto",
     ):
         super().__init__()
+        _check_kernel(kernel)
         if backward not in ("unroll", "implicit"):
             raise ValueError(f"backward must be 'unroll' or 'implicit', got {backward!r}")
         if backward == "implicit" and tol is None:
@@ -168,6 +217,8 @@ class BeliefPropagation(nn.Module):
         self.damping = damping
         self.tol = tol
         self.backward = backward
+        self.kernel = kernel
+        self.last_kernel: Optional[str] = None
         self.implicit_stats = ImplicitStats()
         self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
         self.reset_parameters()
@@ -197,6 +248,7 @@ class BeliefPropagation(nn.Module):
         return_messages: bool = False,
         edge_chunk: Optional[int] = None,
         message_weight: Optional[Tensor] = None,
+        kernel: Optional[str] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
         compiling = torch.compiler.is_compiling()
         edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
@@ -231,6 +283,25 @@ class BeliefPropagation(nn.Module):
 
         def pin(log_belief: Tensor) -> Tensor:
             return log_belief if clamp is None else torch.where(known_col, clamp, log_belief)
+
+        kernel = self.kernel if kernel is None else _check_kernel(kernel)
+        if kernel != "eager":
+            why = _fused_unsupported(log_self, log_H, edge_weight, message_weight, steps, edge_chunk, implicit,
+                                     compiling)
+            if why is None:
+                self.last_kernel = "fused"
+                layout = csr_layout(edge_index, rev_index, num_nodes)
+                csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
+                log_belief, residuals, log_msg = fused_bp(
+                    pin(log_normalize(log_self)), log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
+                    None if edge_weight is None else csr(edge_weight),
+                    None if message_weight is None else csr(message_weight), return_residuals, return_messages)
+                if return_messages and layout.perm is not None:
+                    log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, layout.perm, log_msg)
+                return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)
+            if kernel == "fused":
+                raise ValueError(f"kernel='fused' does not apply to this call: {why}")
+        self.last_kernel = "eager"
 
         num_edges = src.numel()
         # under torch.compile reverse messages are gathered through rev_index: the paired layout's
@@ -307,14 +378,7 @@ class BeliefPropagation(nn.Module):
                     break
         if perm is not None and return_messages:
             log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, perm, log_msg)
-        if not (return_residuals or return_messages):
-            return log_belief
-        out: Tuple[Tensor, ...] = (log_belief,)
-        if return_residuals:
-            out += (torch.stack(residuals) if residuals else log_self.new_zeros(0),)
-        if return_messages:
-            out += (log_msg,)
-        return out
+        return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)
 
     @torch.no_grad()
     def infer_pairs(
@@ -362,5 +426,5 @@ class BeliefPropagation(nn.Module):
         return (
             f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "
             f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable}, "
-            f"backward={self.backward!r})"
+            f"backward={self.backward!r}, kernel={self.kernel!r})"
         )

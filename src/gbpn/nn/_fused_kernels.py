@@ -1,0 +1,389 @@
+r"""numba kernels of the fused BP step (imported lazily by :mod:`gbpn.nn.fused`; needs numba).
+
+Edges are in CSR order by destination: the incoming edges of node ``i`` are ``rowptr[i]:rowptr[i+1]``,
+``src[k]`` is the source of edge ``k`` and ``rev[k]`` the CSR position of its reverse. Each kernel is
+one pass over the nodes of ``blocks`` (consecutive node ranges), and every write goes to the node's
+own row or to its own incoming edges: :mod:`gbpn.nn.fused` runs disjoint blocks on several threads
+at once (the kernels release the GIL) without write conflicts, one call per thread, so that no
+numba threading layer runs beside torch's OpenMP.
+
+Messages and beliefs are kept in the linear domain, normalised: ``M[k]`` sums to 1 over classes
+and ``B[i] = exp(b[i])`` with ``b`` the normalised log-belief. The cavity of edge ``k`` is
+``B[src[k]] / M[rev[k]]`` (or, with message weights, ``exp(b[src] - w'_rev log M[rev])`` shifted by
+its max): both are positive and bounded by ``c max H / min H``, which the caller keeps inside the
+dtype. Options are passed as arrays (empty = off) so that one compiled version per dtype serves all.
+
+The class count ``c`` is only known at run time, so loops over classes are short (2 to ~50): the
+O(c^2) products run on chunks of ``_CHUNK`` consecutive edges held class-major (``[c, _CHUNK]``),
+so that the innermost loop runs along the chunk and vectorises whatever ``c`` is.
+"""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# reassociation lets LLVM vectorise the reductions; no nnan/ninf: LOG_ZERO rows exp() to 0
+_FM = {"contract", "reassoc", "nsz"}
+_CHUNK = 128  # edges per class-major chunk
+_GROUP = 1024  # edges per node group: a group's messages are still in cache when its beliefs read them
+
+
+# Flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) while a kernel runs: beliefs far
+# below the largest one are denormal in float32, and every arithmetic operation on a denormal
+# costs a microcode assist (about 100 cycles); flushing them to zero changes values by < 1e-38.
+_FTZ_DAZ = 0x8040
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+
+
+def _mxcsr_call(builder, name, ptr):
+    fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    builder.call(fn, [builder.bitcast(ptr, ir.IntType(8).as_pointer())])
+
+
+@intrinsic
+def _get_mxcsr(typingctx):
+    def codegen(context, builder, sig, args):
+        ptr = cgutils.alloca_once(builder, ir.IntType(32))
+        _mxcsr_call(builder, "llvm.x86.sse.stmxcsr", ptr)
+        return builder.load(ptr)
+    return types.uint32(), codegen
+
+
+@intrinsic
+def _put_mxcsr(typingctx, value):
+    def codegen(context, builder, sig, args):
+        ptr = cgutils.alloca_once(builder, ir.IntType(32))
+        builder.store(builder.trunc(args[0], ir.IntType(32)), ptr)
+        _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", ptr)
+        return context.get_dummy_value()
+    return types.none(value), codegen
+
+
+if _X86:
+    @njit(inline="always")
+    def _flush_denormals():
+        """Turn FTZ/DAZ on for this thread; returns the MXCSR to restore."""
+        old = _get_mxcsr()
+        _put_mxcsr(old | np.uint32(_FTZ_DAZ))
+        return old
+
+    @njit(inline="always")
+    def _restore(old):
+        _put_mxcsr(old)
+else:  # other CPUs: leave the FP environment alone
+    @njit(inline="always")
+    def _flush_denormals():
+        return np.uint32(0)
+
+    @njit(inline="always")
+    def _restore(old):
+        pass
+
+
+@njit(inline="always")
+def _group_end(rowptr, i0, end):
+    """The node after a group starting at ``i0``: whole nodes, about ``_GROUP`` edges (at least one node)."""
+    i1 = i0 + 1
+    while i1 < end and rowptr[i1] - rowptr[i0] < _GROUP:
+        i1 += 1
+    return i1
+
+
+@njit(inline="always", fastmath=_FM)
+def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
+    """``cav[:, e]`` for edge ``k0 + e``: ``B[src] / M[rev]``, or with message weights
+    ``exp(b[src] - w'_rev log M[rev] - max)``."""
+    c = cav.shape[0]
+    if mw.shape[0] == 0:
+        for e in range(n):
+            s = src[k0 + e]
+            r = rev[k0 + e]
+            for a in range(c):
+                cav[a, e] = B_prev[s, a] / M_prev[r, a]
+    else:
+        for e in range(n):
+            s = src[k0 + e]
+            r = rev[k0 + e]
+            w = mw[r]
+            mx = -np.inf
+            for a in range(c):
+                v = b_prev[s, a] - w * np.log(M_prev[r, a])
+                cav[a, e] = v
+                mx = max(mx, v)
+            for a in range(c):
+                cav[a, e] = np.exp(cav[a, e] - mx)
+
+
+@njit(inline="always", fastmath=_FM)
+def _chunk_matmul(out, A, x, n):
+    """``out[:, :n] = A @ x[:, :n]``, the innermost loop along the chunk."""
+    for i in range(A.shape[0]):
+        for e in range(n):
+            out[i, e] = 0
+        for j in range(A.shape[1]):
+            h = A[i, j]
+            for e in range(n):
+                out[i, e] += h * x[j, e]
+
+
+@njit(inline="always", fastmath=_FM)
+def _products(P, cav, n, HT, L, ew, k0, Hw):
+    """``P[:, e] = H^T cav[:, e]`` (``HT`` = H^T; ``H^{w_k}`` per edge with edge weights)."""
+    c = HT.shape[0]
+    if ew.shape[0] == 0:
+        _chunk_matmul(P, HT, cav, n)
+    else:
+        for e in range(n):
+            w = ew[k0 + e]
+            for a in range(c):
+                for b in range(c):
+                    Hw[a, b] = np.exp(w * L[a, b])
+            for b in range(c):
+                t = Hw[0, 0] * 0  # a zero of the dtype (Hw is set; P may hold garbage, and garbage * 0 can be NaN)
+                for a in range(c):
+                    t += cav[a, e] * Hw[a, b]
+                P[b, e] = t
+
+
+@njit(inline="always", fastmath=_FM)
+def _column_sums(out, P, n):
+    c = P.shape[0]
+    for e in range(n):
+        out[e] = 0
+    for b in range(c):
+        for e in range(n):
+            out[e] += P[b, e]
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
+                 res, HT, L, damping, ew, mw, span):
+    r"""One BP step: for each node ``i`` and each incoming edge ``k``
+
+    .. math::
+        P_k = (H^{w_k})^\top \mathrm{cav}_k,\quad M'_k = (1-\lambda) P_k / \textstyle\sum P_k + \lambda M_k,
+        \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
+
+    writing ``M_new``, ``b_out``, ``B_out = exp(b_out)`` and, if ``res`` is non-empty, the L1 change
+    of ``B`` per node. ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
+    message weights the sum of logs is the log of float64 products of ``span`` messages at a time
+    (``span`` small enough that no product underflows).
+    """
+    n_blocks = blocks.shape[0] - 1
+    c = phi.shape[1]
+    lam = damping[0]
+    one = lam * 0 + 1
+    # per-block scratch
+    cav_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
+    P_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
+    inv_ = np.empty((n_blocks, _CHUNK), phi.dtype)
+    Hw_ = np.empty((n_blocks, c, c), phi.dtype)
+    acc_ = np.empty((n_blocks, c), np.float64)
+    z_ = np.empty((n_blocks, c), np.float64)
+    for blk in range(n_blocks):
+        old = _flush_denormals()
+        cav, P, inv, Hw, acc, z = cav_[blk], P_[blk], inv_[blk], Hw_[blk], acc_[blk], z_[blk]
+        i0 = blocks[blk]
+        while i0 < blocks[blk + 1]:
+            i1 = _group_end(rowptr, i0, blocks[blk + 1])
+            for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
+                n = min(_CHUNK, rowptr[i1] - k0)
+                _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
+                _products(P, cav, n, HT, L, ew, k0, Hw)
+                _column_sums(inv, P, n)
+                for e in range(n):
+                    inv[e] = one / inv[e]
+                for e in range(n):
+                    k = k0 + e
+                    for b in range(c):
+                        m = P[b, e] * inv[e]
+                        M_new[k, b] = (one - lam) * m + lam * M_prev[k, b] if lam > 0 else m
+            for i in range(i0, i1):
+                if known.shape[0] > 0 and known[i]:
+                    for a in range(c):
+                        b_out[i, a] = clamp[i, a]
+                        B_out[i, a] = np.exp(clamp[i, a])
+                else:
+                    for a in range(c):
+                        z[a] = phi[i, a]
+                    if mw.shape[0] > 0:
+                        for k in range(rowptr[i], rowptr[i + 1]):
+                            w = mw[k]
+                            for a in range(c):
+                                z[a] += w * np.log(M_new[k, a])
+                    else:
+                        for a in range(c):
+                            acc[a] = 1.0
+                        count = 0
+                        for k in range(rowptr[i], rowptr[i + 1]):
+                            for a in range(c):
+                                acc[a] *= M_new[k, a]
+                            count += 1
+                            if count == span:
+                                for a in range(c):
+                                    z[a] += np.log(acc[a])
+                                    acc[a] = 1.0
+                                count = 0
+                        if count:
+                            for a in range(c):
+                                z[a] += np.log(acc[a])
+                    zmax = -np.inf
+                    for a in range(c):
+                        zmax = max(zmax, z[a])
+                    tot = 0.0
+                    for a in range(c):  # B_out holds exp(z - max) until divided by its sum
+                        B_out[i, a] = np.exp(B_out.dtype.type(z[a] - zmax))
+                        tot += B_out[i, a]
+                    lse = zmax + np.log(tot)
+                    for a in range(c):
+                        b_out[i, a] = z[a] - lse
+                        B_out[i, a] /= tot
+                if res.shape[0] > 0:
+                    d = 0.0
+                    for a in range(c):
+                        d += abs(B_out[i, a] - B_prev[i, a])
+                    res[i] = d
+            i0 = i1
+        _restore(old)
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_prev, M_t, Gb_ext, Gv_next, Gv_cur,
+                  D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first):
+    r"""Vector-Jacobian product of one :func:`forward_step` (step :math:`t`), one pass over the nodes.
+
+    For node ``i``: :math:`g^b_i = [\text{first}]\,G^{\mathrm{ext}}_i + \sum_{k \to i} G^v_{t+1}[\bar k]`
+    (the step-:math:`t{+}1` cavities that read :math:`b_i`, gathered through the reverse edges;
+    0 on clamped nodes), :math:`g^z_i = g^b_i - B_i \sum g^b_i` (added to ``Gphi``), then per incoming
+    edge ``k`` the gradient of :math:`\log M^t_k`,
+    :math:`g_k = D_k + w'_k\,(g^z_i - G^v_{t+1}[\bar k])`, and back through the damping and the
+    normalisation :math:`a = (1-\lambda)\,g / M^t`, :math:`\tau = (a - \sum_b a_b p_b) / Z`
+    (:math:`p = P/Z` the undamped message): :math:`G^v_t[k] = \mathrm{cav} \odot (H^{w_k}\tau)`,
+    :math:`G_{H^{w}} \mathrel{+}= \mathrm{cav}\,\tau^\top` (per block into ``GL``; with edge weights
+    times :math:`w_k H^{w_k}`, and :math:`G_{w_k} \mathrel{+}= \sum \mathrm{cav}\,\tau^\top \odot H^{w_k} \odot L`),
+    and the damping's share :math:`D_k \leftarrow \lambda\,g\,M^{t-1}_k / M^t_k` for step :math:`t-1`.
+    """
+    n_blocks = blocks.shape[0] - 1
+    c = B_t.shape[1]
+    lam = damping[0]
+    one = lam * 0 + 1
+    weighted = ew.shape[0] > 0
+    cav_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch
+    P_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
+    tau_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
+    q_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
+    zinv_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
+    ssum_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
+    Hw_ = np.empty((n_blocks, c, c), B_t.dtype)
+    for blk in range(n_blocks):
+        old = _flush_denormals()
+        cav, P, tau, q, zinv, ssum, Hw = cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk], Hw_[blk]
+        gl = GL[blk]
+        i0 = blocks[blk]
+        while i0 < blocks[blk + 1]:
+            i1 = _group_end(rowptr, i0, blocks[blk + 1])
+            for i in range(i0, i1):
+                for a in range(c):
+                    gz[i, a] = Gb_ext[i, a] if first else 0
+                if not first:
+                    for k in range(rowptr[i], rowptr[i + 1]):
+                        r = rev[k]
+                        for a in range(c):
+                            gz[i, a] += Gv_next[r, a]
+                if known.shape[0] > 0 and known[i]:
+                    for a in range(c):
+                        gz[i, a] = 0
+                tot = gz[i, 0] * 0
+                for a in range(c):
+                    tot += gz[i, a]
+                for a in range(c):
+                    gz[i, a] -= B_t[i, a] * tot
+                    Gphi[i, a] += gz[i, a]
+            for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
+                n = min(_CHUNK, rowptr[i1] - k0)
+                _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
+                if lam > 0 or weighted:
+                    _products(P, cav, n, HT, L, ew, k0, Hw)
+                    _column_sums(zinv, P, n)
+                else:  # Z = cav . (H 1): no product needed
+                    for e in range(n):
+                        zinv[e] = 0
+                    for a in range(c):
+                        h = Hrow[a]
+                        for e in range(n):
+                            zinv[e] += cav[a, e] * h
+                for e in range(n):
+                    zinv[e] = one / zinv[e]
+                for e in range(n):
+                    k = k0 + e
+                    d = dst[k]
+                    r = rev[k]
+                    wk = mw[k] if mw.shape[0] > 0 else one
+                    s = zinv[0] * 0
+                    for b in range(c):
+                        g = D[k, b] + wk * (gz[d, b] - Gv_next[r, b])  # Gv_next is all 0 when first
+                        if lam > 0:
+                            t = (one - lam) * g / M_t[k, b]
+                            s += t * P[b, e]
+                            D[k, b] = lam * g * M_prev[k, b] / M_t[k, b]
+                        else:
+                            t = g / M_t[k, b]
+                            s += g
+                            D[k, b] = 0
+                        tau[b, e] = t
+                    ssum[e] = s * zinv[e] if lam > 0 else s
+                for b in range(c):
+                    for e in range(n):
+                        tau[b, e] = (tau[b, e] - ssum[e]) * zinv[e]
+                if weighted:
+                    for e in range(n):
+                        k = k0 + e
+                        w = ew[k]
+                        gw = 0.0
+                        for a in range(c):
+                            for b in range(c):
+                                Hw[a, b] = np.exp(w * L[a, b])
+                        for a in range(c):
+                            ca = cav[a, e]
+                            qa = ca * 0
+                            for b in range(c):
+                                x = tau[b, e] * Hw[a, b]
+                                qa += x
+                                gl[a, b] += w * ca * x
+                                gw += ca * x * L[a, b]
+                            Gv_cur[k, a] = ca * qa
+                        Gw[k] += gw
+                else:
+                    _chunk_matmul(q, H, tau, n)
+                    for e in range(n):
+                        for a in range(c):
+                            Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
+                    for a in range(c):
+                        for b in range(c):
+                            t = tau[0, 0] * 0
+                            for e in range(n):
+                                t += cav[a, e] * tau[b, e]
+                            gl[a, b] += t
+            i0 = i1
+        _restore(old)
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def gather_reverse(rowptr, blocks, rev, Gv, out):
+    """``out[i] += sum of Gv[rev[k]]`` over the incoming edges ``k`` of ``i`` (= over the outgoing edges of ``i``)."""
+    n_blocks = blocks.shape[0] - 1
+    c = out.shape[1]
+    for blk in range(n_blocks):
+        old = _flush_denormals()
+        for i in range(blocks[blk], blocks[blk + 1]):
+            for k in range(rowptr[i], rowptr[i + 1]):
+                r = rev[k]
+                for a in range(c):
+                    out[i, a] += Gv[r, a]
+        _restore(old)

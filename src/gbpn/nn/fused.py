@@ -1,0 +1,335 @@
+r"""Fused BP kernels on CPU: one pass over the edges per step, forward and backward.
+
+The eager step of :class:`~gbpn.nn.bp.BeliefPropagation` is a chain of about a dozen whole-array
+passes over ``[E, c]``. Here a step is one numba kernel (:mod:`gbpn.nn._fused_kernels`): the edges
+are sorted by destination once (:func:`csr_layout`, cached per graph), and for every node, over its
+incoming edges, the cavity, the product with :math:`H`, the normalisation, the damping and the
+belief are computed in one pass, parallel over nodes with no write conflicts. Messages and beliefs
+stay in the linear domain (divisions instead of exponentials per edge; the belief is a float64
+product of the incoming messages, one logarithm per node and class).
+
+Training runs the :math:`K` steps inside one :class:`torch.autograd.Function` that keeps every
+step's messages and beliefs (:math:`(K+1)(E + 2N)c` numbers, what unrolled autograd keeps anyway)
+and whose backward is a hand-written vector-Jacobian product, again one node-parallel pass per step:
+the contributions to source-side quantities are gathered through the reverse edges (the reverse of
+an incoming edge of ``i`` is an outgoing edge of ``i``) instead of scattered.
+
+numba is imported lazily; :func:`fused_unavailable` compiles and runs the kernels once on a tiny
+graph and, if numba is missing or fails, warns once and reports why, so the layer falls back to the
+eager path.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gbpn.nn.functional import aggregate
+
+# Above this spread of log H (times the largest |edge weight|) the linear-domain cavity could overflow.
+MAX_SPREAD = {torch.float32: 60.0, torch.float64: 600.0}
+
+_state: Dict[str, object] = {}
+
+
+def _kernels():
+    import gbpn.nn._fused_kernels as k
+
+    return k
+
+
+def fused_unavailable(dtype: torch.dtype) -> Optional[str]:
+    """``None`` if the fused kernels run for ``dtype``, else why not (warned once per reason)."""
+    key = f"ok-{dtype}"
+    if key not in _state:
+        try:
+            _self_test(dtype)
+            _state[key] = None
+        except Exception as exc:  # numba missing, or a compile / runtime failure: fall back, say so once
+            reason = f"fused BP kernels unavailable ({type(exc).__name__}: {exc}); using the eager path"
+            warnings.warn(reason, RuntimeWarning, stacklevel=3)
+            _state[key] = reason
+    return _state[key]
+
+
+def _self_test(dtype: torch.dtype) -> None:
+    """Compile (or load from numba's cache) and run both kernels on a 3-node path with every option on."""
+    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    rev = torch.tensor([1, 0, 3, 2])
+    layout = csr_layout(ei, rev, 3)
+    phi = torch.log_softmax(torch.arange(6, dtype=dtype).view(3, 2), -1).requires_grad_()
+    log_H = torch.tensor([[0.5, -0.5], [-0.5, 0.5]], dtype=dtype, requires_grad=True)
+    known = torch.tensor([True, False, False])
+    clamp = torch.zeros(3, 2, dtype=dtype)
+    with torch.enable_grad():
+        _self_test_runs(phi, log_H, layout, known, clamp)
+    if not (torch.isfinite(phi.grad).all() and torch.isfinite(log_H.grad).all()):
+        raise RuntimeError("fused BP self-test gave non-finite gradients")
+
+
+def _self_test_runs(phi: Tensor, log_H: Tensor, layout: "CSRLayout", known: Tensor, clamp: Tensor) -> None:
+    dtype = phi.dtype
+    for ew, mw in ((None, None), (torch.full((4,), 0.5, dtype=dtype, requires_grad=True),
+                                  torch.full((4,), 2.0, dtype=dtype))):
+        out, _, _ = fused_bp(phi, log_H, layout, 2, 0.5, None, known, clamp, ew, mw, True, False)
+        out.sum().backward()
+
+
+@dataclass
+class CSRLayout:
+    """Edges sorted by destination. ``perm``: CSR position -> original edge (``None``: already sorted);
+    ``rowptr`` ``[N+1]``, ``src``, ``dst`` and ``rev`` (CSR positions of the reverses) ``[E]``, int64 numpy."""
+
+    perm: Optional[Tensor]
+    rowptr: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    rev: np.ndarray
+
+    def blocks(self, threads: int) -> np.ndarray:
+        """Boundaries of one node block per thread, with about equal edges + nodes each."""
+        n = self.rowptr.shape[0] - 1
+        nb = max(1, min(n, threads))
+        work = self.rowptr + np.arange(n + 1)
+        cuts = np.searchsorted(work, np.linspace(0, work[-1], nb + 1)[1:-1])
+        return np.unique(np.concatenate([[0], cuts, [n]])).astype(np.int64)
+
+
+_layouts: List[Tuple[weakref.ref, weakref.ref, int, int, CSRLayout]] = []
+
+
+def csr_layout(edge_index: Tensor, rev_index: Tensor, num_nodes: int) -> CSRLayout:
+    """The CSR layout of a graph, cached for the last few ``(edge_index, rev_index)`` tensor objects
+    (keyed by identity and in-place version, so a modified or new tensor is sorted again)."""
+    for ref_e, ref_r, ver_e, ver_r, layout in _layouts:
+        if ref_e() is edge_index and ref_r() is rev_index and ver_e == edge_index._version \
+                and ver_r == rev_index._version and layout.rowptr.shape[0] == num_nodes + 1:
+            return layout
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    perm = None if bool((dst[1:] >= dst[:-1]).all()) else torch.argsort(dst, stable=True)
+    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+    rowptr[1:] = torch.bincount(dst, minlength=num_nodes).cumsum(0)
+    rev = rev_index.long()
+    if perm is not None:
+        inv = torch.empty_like(perm)
+        inv[perm] = torch.arange(perm.numel())
+        src, rev = src[perm], inv[rev[perm]]
+    dst = dst if perm is None else dst[perm]
+    layout = CSRLayout(perm, rowptr.numpy(), src.contiguous().numpy(), dst.contiguous().numpy(),
+                       rev.contiguous().numpy())
+    _layouts.insert(0, (weakref.ref(edge_index), weakref.ref(rev_index), edge_index._version, rev_index._version,
+                        layout))
+    del _layouts[4:]
+    return layout
+
+
+def _np(t: Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+def _threads() -> int:
+    """As many threads as torch uses (``torch.set_num_threads`` governs both)."""
+    return max(1, torch.get_num_threads())
+
+
+_pool: Dict[int, ThreadPoolExecutor] = {}
+
+
+def _parallel(kernel, blocks: np.ndarray, args: tuple, per_block: Tuple[int, ...] = ()) -> None:
+    """``kernel(rowptr, blocks, *args)`` with one thread per node block (the kernels release the GIL);
+    the arguments at positions ``per_block`` (of ``args``) have a leading block axis and are sliced."""
+    nb = blocks.shape[0] - 1
+    if nb == 1:
+        kernel(args[0], blocks, *args[1:])
+        return
+
+    def run(j: int) -> None:
+        sliced = [a[j:j + 1] if i in per_block else a for i, a in enumerate(args)]
+        kernel(sliced[0], blocks[j:j + 2], *sliced[1:])
+
+    pool = _pool.get(nb) or _pool.setdefault(nb, ThreadPoolExecutor(nb, thread_name_prefix="gbpn-bp"))
+    for future in [pool.submit(run, j) for j in range(nb)]:
+        future.result()
+
+
+@dataclass
+class _Graph:
+    """Everything a kernel call needs besides the per-step state, as numpy arrays."""
+
+    layout: CSRLayout
+    blocks: np.ndarray
+    known: np.ndarray
+    clamp: np.ndarray
+    H: np.ndarray
+    HT: np.ndarray
+    Hrow: np.ndarray
+    L: np.ndarray
+    damping: np.ndarray
+    ew: np.ndarray
+    mw: np.ndarray
+    span: int
+
+
+def _graph(log_H: Tensor, layout: CSRLayout, damping: float, known: Optional[Tensor], clamp: Optional[Tensor],
+           ew: Optional[Tensor], mw: Optional[Tensor], dtype: torch.dtype) -> _Graph:
+    L = (log_H.detach() - log_H.detach().amax()).to(dtype)
+    H = L.exp()
+    # every message is >= min H^w / (c max H^w): products of `span` of them stay above 1e-260 in float64
+    spread = float(-L.min()) * (1.0 if ew is None or not ew.numel() else max(1.0, float(ew.detach().abs().max())))
+    span = int(max(1, min(32, 600 // (spread + math.log(L.size(0)) + 1))))
+    empty = np.empty(0, dtype=np.dtype(str(dtype).replace("torch.", "")))
+    return _Graph(layout, layout.blocks(_threads()), np.empty(0, np.bool_) if known is None else _np(known.view(-1)),
+                  empty.reshape(0, 0) if clamp is None else _np(clamp.to(dtype)), _np(H), _np(H.T), _np(H.sum(1)), _np(L),
+                  np.array([damping], dtype=empty.dtype), empty if ew is None else _np(ew.to(dtype)),
+                  empty if mw is None else _np(mw.to(dtype)), span)
+
+
+def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_res: bool, save: bool):
+    """The steps; returns log-beliefs, residuals, the steps' linear messages and beliefs (all steps if
+    ``save``, else the last two) as tensors."""
+    k = _kernels()
+    n, c = phi.shape
+    E = g.layout.src.shape[0]
+    slots = steps + 1 if save else 2
+    M = torch.empty(slots, E, c, dtype=phi.dtype)
+    B = torch.empty(slots, n, c, dtype=phi.dtype)
+    b = torch.empty(slots, n, c, dtype=phi.dtype)
+    M[0].fill_(1.0 / c)
+    b[0] = phi.detach()
+    B[0] = b[0].exp()
+    res_node = np.empty(n if (want_res or tol is not None) else 0, dtype=_np(phi).dtype)
+    residuals: List[Tensor] = []
+    Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
+    phi_np = _np(phi)
+    lay = g.layout
+    t = 0
+    for step in range(steps):
+        cur, nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
+        _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[cur], Bn[cur],
+                                             Mn[cur], Mn[nxt], bn[nxt], Bn[nxt], res_node, g.HT, g.L, g.damping, g.ew,
+                                             g.mw, g.span))
+        t = nxt
+        if res_node.shape[0]:
+            residuals.append(torch.tensor(float(res_node.max()) if n else 0.0, dtype=phi.dtype))
+            if tol is not None and float(residuals[-1]) < tol:
+                break
+    done = len(residuals) if tol is not None else steps
+    if save:
+        return b[done].clone(), residuals, M[: done + 1], B[: done + 1], b[: done + 1]
+    return b[t].clone(), residuals, M[t], B[t], b[t]
+
+
+class _FusedBP(torch.autograd.Function):
+    """``K`` fused steps with the hand-written backward of :func:`~gbpn.nn._fused_kernels.backward_step`."""
+
+    @staticmethod
+    def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, steps: int, tol: Optional[float],
+                want_res: bool, want_msg: bool):
+        log_b, residuals, M, B, b = _run_forward(phi, g, steps, tol, want_res, save=True)
+        ctx.g = g
+        ctx.save_for_backward(M, B, b, phi, log_H, ew)
+        res = torch.stack(residuals) if residuals else phi.new_zeros(0)
+        msg = M[-1].log() if want_msg else phi.new_zeros(0)
+        ctx.mark_non_differentiable(res)
+        ctx.set_materialize_grads(False)
+        return log_b, msg, res
+
+    @staticmethod
+    def backward(ctx, g_b: Optional[Tensor], g_msg: Optional[Tensor], _g_res):
+        M, B, b, phi, log_H, ew = ctx.saved_tensors
+        g: _Graph = ctx.g
+        if torch.is_grad_enabled():  # create_graph: differentiate the same steps again, eagerly, to any order
+            return _eager_backward(ctx, g, M.size(0) - 1, phi, log_H, ew, g_b, g_msg)
+        k = _kernels()
+        lay = g.layout
+        steps = M.size(0) - 1
+        n, c = B.shape[1:]
+        E = M.size(1)
+        Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
+        blocks = lay.blocks(_threads())
+        Gb = np.zeros((n, c), Bn.dtype) if g_b is None else _np(g_b).astype(Bn.dtype, copy=False)
+        D = np.zeros((E, c), Bn.dtype) if g_msg is None or g_msg.numel() == 0 else _np(g_msg).astype(Bn.dtype)
+        Gphi = torch.zeros(n, c, dtype=B.dtype)
+        GL = np.zeros((blocks.shape[0] - 1, c, c), np.float64)
+        Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
+        Gv_next, Gv_cur = np.zeros((E, c), Bn.dtype), np.empty((E, c), Bn.dtype)  # no step after the last
+        gz = np.empty((n, c), Bn.dtype)
+        for t in range(steps, 0, -1):
+            _parallel(k.backward_step, blocks, (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, Bn[t], bn[t - 1],
+                                                Bn[t - 1], Mn[t - 1], Mn[t], Gb, Gv_next, Gv_cur, D, Gphi.numpy(), gz,
+                                                GL, Gw, g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw, t == steps),
+                      per_block=(16,))  # GL
+            Gv_next, Gv_cur = Gv_cur, Gv_next
+        if steps:  # b^0 = phi is read by the first step's cavities
+            _parallel(k.gather_reverse, blocks, (lay.rowptr, lay.rev, Gv_next, Gphi.numpy()))
+        G_H = torch.from_numpy(GL.sum(0)).to(B.dtype)
+        if not g.ew.shape[0]:  # d/dlog H of H = exp(log H - const)
+            G_H = G_H * torch.from_numpy(g.H)
+        g_ew = torch.from_numpy(Gw).to(B.dtype) if ctx.needs_input_grad[2] else None
+        return (Gphi if ctx.needs_input_grad[0] else None, G_H if ctx.needs_input_grad[1] else None, g_ew,
+                None, None, None, None, None)
+
+
+def _eager_backward(ctx, g: _Graph, steps: int, phi: Tensor, log_H: Tensor, ew: Optional[Tensor],
+                    g_b: Optional[Tensor], g_msg: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    """The backward for ``create_graph=True``: the same steps recorded by autograd on the eager
+    functions (:func:`~gbpn.nn.bp.log_messages`, :func:`~gbpn.nn.functional.aggregate`), so that
+    Hessian-vector products and higher derivatives are exact."""
+    from gbpn.nn.bp import log_messages  # bp imports this module
+
+    lay = g.layout
+    src, rev = torch.from_numpy(lay.src), torch.from_numpy(lay.rev)
+    dst = torch.from_numpy(lay.dst)
+    mw = torch.from_numpy(g.mw) if g.mw.shape[0] else None
+    known = torch.from_numpy(g.known).view(-1, 1) if g.known.shape[0] else None
+    clamp = torch.from_numpy(g.clamp)
+    inputs = [phi, log_H, ew]
+    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad[:3]) if need]
+    log_b, log_msg = phi, phi.new_full((src.numel(), phi.size(1)), -math.log(phi.size(1)))
+    for _ in range(steps):
+        log_msg = log_messages(log_b, log_msg, src, rev, log_H, float(g.damping[0]), ew, mw)
+        log_b = aggregate(phi, log_msg, dst, mw)
+        if known is not None:
+            log_b = torch.where(known, clamp, log_b)
+    outs, grads = zip(*[(o, go) for o, go in ((log_b, g_b), (log_msg, g_msg)) if go is not None and go.numel()])
+    got = iter(torch.autograd.grad(outs, wanted, grads, create_graph=True, allow_unused=True))
+    return tuple(next(got) if need else None for need in ctx.needs_input_grad[:3]) + (None,) * 5
+
+
+def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping: float, tol: Optional[float],
+             known: Optional[Tensor], clamp: Optional[Tensor], edge_weight: Optional[Tensor],
+             message_weight: Optional[Tensor], want_res: bool, want_msg: bool
+             ) -> Tuple[Tensor, List[Tensor], Optional[Tensor]]:
+    r"""``steps`` BP steps of :class:`~gbpn.nn.bp.BeliefPropagation` from the pinned, normalised log
+    self-potentials ``phi`` (:math:`b^0`), with the messages initialised to :math:`1/c`.
+
+    ``edge_weight`` and ``message_weight`` are in CSR order (``layout.perm``); gradients flow to
+    ``phi``, ``log_H`` and ``edge_weight`` (message weights are constants). Returns the log-beliefs
+    ``[N, c]``, the per-step residuals (when ``want_res`` or ``tol``; the run stops once one is below
+    ``tol``) and, with ``want_msg``, the final log-messages ``[E, c]`` in CSR order.
+    """
+    dtype = phi.dtype
+    g = _graph(log_H, layout, damping, known, clamp, edge_weight, message_weight, dtype)
+    train = torch.is_grad_enabled() and (phi.requires_grad or log_H.requires_grad
+                                         or (edge_weight is not None and edge_weight.requires_grad))
+    if train:
+        log_b, msg, res = _FusedBP.apply(phi, log_H, edge_weight, g, steps, tol, want_res, want_msg)
+        return log_b, list(res.unbind()), (msg if want_msg else None)
+    with torch.no_grad():
+        log_b, residuals, M, _, _ = _run_forward(phi, g, steps, tol, want_res, save=False)
+    return log_b, residuals, (M.log() if want_msg else None)
+
+
+def spread_ok(log_H: Tensor, edge_weight: Optional[Tensor], dtype: torch.dtype) -> bool:
+    """Whether the linear-domain cavity stays finite: spread of log H times max |w| under :data:`MAX_SPREAD`."""
+    spread = float(log_H.max() - log_H.min())
+    if edge_weight is not None and edge_weight.numel():
+        spread *= max(1.0, float(edge_weight.abs().max()))
+    return math.isfinite(spread) and spread < MAX_SPREAD[dtype]

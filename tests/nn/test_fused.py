@@ -1,0 +1,176 @@
+"""The fused numba BP kernels (gbpn.nn.fused) against the eager path, value and gradient."""
+import warnings
+
+import pytest
+import torch
+from conftest import FUSED_SKIP, undirected
+
+import gbpn.nn.fused as fused
+from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.functional import reverse_edge_index
+
+pytestmark = pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP))
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def _close(actual, expected, dtype=None):
+    """Equal to ``TOL`` of ``dtype`` (default: the expected one's), relative to the larger of 1 and the largest entry (two float32
+    implementations round differently, and gradients summed over many steps and edges grow)."""
+    tol = TOL[dtype or expected.dtype]
+    torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * max(1.0, float(expected.detach().abs().max())))
+
+
+def _random_graph(n, p, seed):
+    """An Erdos-Renyi graph with its directed edges in random order (neither CSR nor paired)."""
+    g = torch.Generator().manual_seed(seed)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
+    ei = undirected(pairs)
+    return ei[:, torch.randperm(ei.size(1), generator=g)]
+
+
+def _both(layer, inputs, kw, params, seed=0):
+    """Beliefs, residuals, messages and the gradients of a random linear loss on both kernels."""
+    out = {}
+    for kernel in ("eager", "fused"):
+        log_b, res, msg = layer(*inputs, kernel=kernel, return_residuals=True, return_messages=True, **kw)
+        assert layer.last_kernel == kernel
+        g = torch.Generator().manual_seed(seed)
+        loss = (log_b * torch.randn(log_b.shape, generator=g, dtype=log_b.dtype)).sum() + \
+               (msg * torch.randn(msg.shape, generator=g, dtype=msg.dtype)).sum()
+        out[kernel] = (log_b, res, msg, torch.autograd.grad(loss, params))
+    return out["eager"], out["fused"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("damping", [0.0, 0.4])
+@pytest.mark.parametrize("weights", ["none", "edge", "message", "both"])
+def test_fused_equals_eager_forward_and_backward(dtype, damping, weights):
+    n, c = 40, 5
+    ei = _random_graph(n, 0.15, seed=int(damping * 10) + len(weights))
+    E = ei.size(1)
+    g = torch.Generator().manual_seed(1)
+    layer = BeliefPropagation(c, num_steps=6, damping=damping).to(dtype)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
+    phi = torch.randn(n, c, generator=g, dtype=dtype).requires_grad_()
+    labels, known = torch.randint(0, c, (n,), generator=g), torch.rand(n, generator=g) < 0.3
+    rev = reverse_edge_index(ei, n)
+    params = [phi, layer.coupling.weight]
+    edge_weight = message_weight = None
+    if weights in ("edge", "both"):  # symmetric weights, with gradients
+        half = torch.rand(E, generator=g, dtype=dtype) + 0.5
+        edge_weight = torch.minimum(half, half[rev]).requires_grad_()
+        params.append(edge_weight)
+    if weights in ("message", "both"):
+        message_weight = torch.rand(E, generator=g, dtype=dtype) * 2
+    kw = dict(rev_index=rev, known_labels=labels, known_mask=known, message_weight=message_weight)
+    eager, fast = _both(layer, (phi, ei, edge_weight), kw, params)
+    for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
+        _close(b, a)
+    assert torch.equal(fast[0][known].argmax(1), labels[known])  # evidence stays clamped
+
+
+def test_fused_inference_equals_eager_and_stops_at_the_same_step():
+    n, c = 60, 4
+    ei = _random_graph(n, 0.08, seed=3)
+    layer = BeliefPropagation(c, num_steps=100, damping=0.2, tol=1e-6).double()
+    with torch.no_grad():
+        layer.coupling.weight.copy_(0.5 * torch.randn(c, c, generator=torch.Generator().manual_seed(0)))
+        phi = torch.randn(n, c, dtype=torch.float64)
+        eager = layer(phi, ei, kernel="eager", return_residuals=True, return_messages=True)
+        fast = layer(phi, ei, kernel="fused", return_residuals=True, return_messages=True)
+    assert layer.last_kernel == "fused"
+    assert 1 < fast[1].numel() < 100 and fast[1].numel() == eager[1].numel()
+    for a, b in zip(eager, fast):
+        torch.testing.assert_close(b, a, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_hub_with_many_peaked_messages(dtype):
+    """A star of 400 leaves with a strong coupling: the hub's belief multiplies 400 messages (products
+    of many at a time must not underflow) and leaf beliefs are far below float32's normal range.
+    Compared with the eager path in float64: in float32 the fused kernel is the more accurate one
+    (the eager log-domain float32 beliefs are off by 2e-3 here, the fused ones by 1e-4)."""
+    leaves = 400
+    ei = undirected([(0, i) for i in range(1, leaves + 1)] + [(i, i + 1) for i in range(1, leaves, 2)])
+    c = 3
+    log_H = torch.tensor([[8.0, -8.0, 0.0], [-8.0, 8.0, 0.0], [0.0, 0.0, 1.0]])
+    phi = torch.randn(leaves + 1, c, generator=torch.Generator().manual_seed(0), dtype=torch.float64).mul(3)
+    results = []
+    for kernel, dt in (("eager", torch.float64), ("fused", dtype)):
+        layer = BeliefPropagation(c, num_steps=4, learn_coupling=False, coupling_init=log_H.exp()).to(dt)
+        x = phi.to(dt).requires_grad_()
+        log_b, msg = layer(x, ei, kernel=kernel, return_messages=True)
+        assert layer.last_kernel == kernel
+        (grad,) = torch.autograd.grad((log_b * torch.linspace(-1, 1, c, dtype=dt)).sum(), x)
+        results.append((log_b, msg, grad))
+    assert float(results[1][0].min()) < -200  # beliefs whose exp() is far below any float's normal range
+    for a, b in zip(*results):
+        _close(b.double(), a, dtype)
+
+
+def test_double_backward_through_the_fused_kernel():
+    """create_graph differentiates the same steps again on the eager functions: exact Hessian-vector products."""
+    ei = undirected([(0, 1), (1, 2), (2, 0), (2, 3)])
+    log_phi = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    layer = BeliefPropagation(3, num_steps=3, damping=0.3, kernel="fused").double()
+    with torch.no_grad():
+        layer.coupling.weight.normal_()
+    ew = torch.tensor([1.0, 0.5, 2.0, 1.5] * 2, dtype=torch.float64)  # undirected() lists the reverses second
+    assert torch.autograd.gradgradcheck(lambda p: layer(p, ei, edge_weight=ew), (log_phi,))
+    assert layer.last_kernel == "fused"
+
+
+def test_auto_falls_back_where_the_fused_kernel_does_not_apply():
+    ei = undirected([(0, 1), (1, 2)])
+    layer = BeliefPropagation(2, num_steps=2)
+    phi = torch.randn(3, 2)
+    layer(phi, ei)
+    assert layer.last_kernel == "fused"
+    with torch.no_grad():
+        layer(phi, ei, edge_chunk=2)
+    assert layer.last_kernel == "eager"
+    with pytest.raises(ValueError, match="edge_chunk"):
+        with torch.no_grad():
+            layer(phi, ei, edge_chunk=2, kernel="fused")
+    torch.func.grad(lambda p: layer(p, ei).sum())(phi)  # torch.func: eager operations
+    assert layer.last_kernel == "eager"
+    wide = BeliefPropagation(2, num_steps=2, learn_coupling=False, coupling_init=torch.tensor([[1.0, 1e-30], [1e-30, 1.0]]))
+    wide(phi, ei)  # log H spreads 69: the linear-domain kernel could overflow float32
+    assert wide.last_kernel == "eager"
+    with pytest.raises(ValueError, match="kernel must be"):
+        BeliefPropagation(2, kernel="numba")
+    assert "kernel='auto'" in repr(layer)
+
+
+def test_without_numba_the_layer_warns_once_and_runs_eagerly(monkeypatch):
+    def missing():
+        raise ImportError("No module named 'numba'")
+
+    monkeypatch.setattr(fused, "_kernels", missing)
+    monkeypatch.setattr(fused, "_state", {})
+    layer = BeliefPropagation(2, num_steps=2)
+    ei, phi = undirected([(0, 1), (1, 2)]), torch.randn(3, 2)
+    with pytest.warns(RuntimeWarning, match="numba"):
+        out = layer(phi, ei)
+    assert layer.last_kernel == "eager"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # only the first call warns
+        torch.testing.assert_close(layer(phi, ei), out)
+    with pytest.raises(ValueError, match="numba"):
+        layer(phi, ei, kernel="fused")
+
+
+def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
+    ei = _random_graph(20, 0.3, seed=5)
+    rev = reverse_edge_index(ei, 20)
+    first = fused.csr_layout(ei, rev, 20)
+    assert fused.csr_layout(ei, rev, 20) is first
+    dst = ei[1, first.perm] if first.perm is not None else ei[1]
+    assert bool((dst[1:] >= dst[:-1]).all()) and torch.equal(torch.from_numpy(first.dst), dst)
+    # the reverse of every CSR edge, read through the layout, is the reverse edge
+    src = torch.from_numpy(first.src)
+    assert torch.equal(src[torch.from_numpy(first.rev)], dst)
+    ei.add_(0)  # bumps the version counter
+    assert fused.csr_layout(ei, rev, 20) is not first
