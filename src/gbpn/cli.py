@@ -684,7 +684,15 @@ def _main_distributed(args: argparse.Namespace) -> int:
                          "do); run it as a single process")
         return 2
     if getattr(args, "device", None):
+        from gbpn.config import resolve_device
+
         args.device = distributed.local_device(args.device)
+        try:
+            resolve_device(args.device)  # no CUDA device: say so, not that NCCL is missing
+        except GBPNError as err:
+            with _logging_to_stderr(0, False):
+                logger.error(f"gbpn {args.command}: error: {err}")
+            return 2
     try:
         rank, _ = distributed.init_from_env(getattr(args, "device", "cpu"))
     except (RuntimeError, ValueError) as err:

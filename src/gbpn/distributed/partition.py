@@ -74,8 +74,8 @@ class Part:
     """What one part holds. ``nodes``: its nodes' global ids (ascending); ``pairs`` ``[2, P_r]``:
     local edges in local ids; ``cut_node`` ``[B]``: the local end of every cut edge and
     ``cut_other`` ``[B]``: the global id of its other end; ``cut_peer_counts[q]``: how many of
-    them lead to part ``q``, rows grouped by ``q`` and, within a peer, ordered by the undirected
-    edge (so both parts list a shared edge at the same row); ``halo``: the number of distinct
+    them lead to part ``q``, rows grouped by ``q`` and, within a peer, in the order of the global
+    ``pairs`` (so both parts list a shared edge at the same row); ``halo``: the number of distinct
     nodes of other parts adjacent to this one (the distinct ``cut_other``)."""
 
     nodes: Tensor
@@ -99,33 +99,28 @@ def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int) -> Part:
     nodes = (part == rank).nonzero().view(-1)
     local_id = torch.full((num_nodes,), -1, dtype=torch.int64)
     local_id[nodes] = torch.arange(nodes.numel())
-    local, cut_node, cut_peer, cut_key, cut_other = [], [], [], [], []
+    local, cut_node, cut_peer, cut_other = [], [], [], []
     step = 1 << 24
     for start in range(0, max(pairs.size(1), 1), step):  # once at least: an edgeless graph has parts too
         u, v = pairs[0, start:start + step].long(), pairs[1, start:start + step].long()
-        pu, pv = part[u], part[v]
-        both = (pu == rank) & (pv == rank)
+        u_mine, v_mine = part[u] == rank, part[v] == rank
+        both = u_mine & v_mine
         local.append(torch.stack([local_id[u[both]], local_id[v[both]]]).to(index_dtype))
-        for mine, other, p_other in ((u, v, pv), (v, u, pu)):
-            sel = (part[mine] == rank) & (p_other != rank)
-            m, o = mine[sel], other[sel]
-            cut_node.append(local_id[m])
-            cut_peer.append(p_other[sel].long())
-            cut_key.append(torch.minimum(m, o) * num_nodes + torch.maximum(m, o))
-            cut_other.append(o)
-    peer, key, node, other = torch.cat(cut_peer), torch.cat(cut_key), torch.cat(cut_node), torch.cat(cut_other)
-    # group by peer, then by the undirected edge: both ends sort a shared edge to the same row
-    order = _lexsort(peer, key)
-    counts = torch.bincount(peer, minlength=num_parts).tolist()
+        # one selection in the order of the pairs: both ends of a cut edge meet it at the same
+        # point of the same global list, so their rows for each other come out in the same order
+        cut = u_mine ^ v_mine
+        first = u_mine[cut]
+        m = torch.where(first, u[cut], v[cut])
+        o = torch.where(first, v[cut], u[cut])
+        cut_node.append(local_id[m].to(index_dtype))
+        cut_other.append(o.to(index_dtype))
+        cut_peer.append(part[o].to(torch.int32))
+    peer, node, other = torch.cat(cut_peer), torch.cat(cut_node), torch.cat(cut_other)
+    order = torch.argsort(peer, stable=True)  # grouped by peer, the pairs' order kept within a peer
+    counts = torch.bincount(peer.long(), minlength=num_parts).tolist()
     return Part(nodes=nodes, pairs=torch.cat(local, 1) if local else torch.empty((2, 0), dtype=index_dtype),
-                cut_node=node[order].to(index_dtype), cut_other=other[order].to(index_dtype), cut_peer_counts=counts,
+                cut_node=node[order], cut_other=other[order], cut_peer_counts=counts,
                 halo=int(torch.unique(other).numel()))
-
-
-def _lexsort(major: Tensor, minor: Tensor) -> Tensor:
-    """Order by ``major`` then ``minor`` (two stable sorts; no overflowing combined key)."""
-    first = torch.argsort(minor, stable=True)
-    return first[torch.argsort(major[first], stable=True)]
 
 
 def partition_summary(parts: List[Dict[str, int]], num_pairs: int) -> Dict[str, object]:

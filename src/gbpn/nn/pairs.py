@@ -48,9 +48,8 @@ class Boundary:
     r"""The cut edges of one part, and how to swap messages over them.
 
     ``node[k]`` is the local endpoint of cut edge ``k``; rows are grouped by the rank that owns
-    the other endpoint (``counts[q]`` rows for rank ``q``, ascending ``q``) and, within a peer,
-    ordered by the undirected edge (:math:`\min \cdot N + \max` of the global ids), so both parts
-    list a shared edge at the same position. ``exchange(send, send_counts, recv)`` starts sending
+    the other endpoint (``counts[q]`` rows for rank ``q``, ascending ``q``) and, within a peer, in
+    the order of the global edge list, so both parts list a shared edge at the same position. ``exchange(send, send_counts, recv)`` starts sending
     ``send_counts[q]`` consecutive rows to rank ``q`` and returns a function that waits for the
     rows received into ``recv``, grouped the same way (``torch.distributed.all_to_all_single`` with
     ``async_op=True``), so the local edges are computed while messages travel. ``rounds`` (the
