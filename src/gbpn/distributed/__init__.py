@@ -35,10 +35,6 @@ def rank_and_world() -> Tuple[int, int]:
     return 0, 1
 
 
-def is_main() -> bool:
-    return rank_and_world()[0] == 0
-
-
 def local_device(device: str) -> str:
     """``cuda`` under ``torchrun``: this process's GPU (``LOCAL_RANK``); anything else unchanged."""
     if device in ("cuda", "auto") and launched() and torch.cuda.is_available():
