@@ -3,7 +3,8 @@
 Measures, for METIS and for degree-balanced ranges at each number of parts: the cut fraction
 (undirected edges whose ends lie in different parts), the largest halo per part (as a fraction
 of that part's nodes) and the largest number of cut edges of one part (as a fraction of all
-edges). Graphs: PubMed (a real citation graph, like papers100M) and the arXiv-sized DC-SBM
+edges). Graphs: Cora and CiteSeer (real citation graphs, like papers100M, but small: at 64 parts
+a part has about 40 nodes, so their cut is pessimistic there) and the arXiv-sized DC-SBM
 (random node ids, no locality: the worst case of a partitioner).
 
 Then scales these fractions to papers100M's size (``--nodes``, ``--pairs``, ``--classes``,
@@ -54,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--parts", type=int, nargs="+", default=[2, 16, 64])
+    ap.add_argument("--real", nargs="+", default=["cora", "citeseer"], help="real citation graphs to partition")
     ap.add_argument("--nodes", type=int, default=111_059_956, help="papers100M nodes")
     ap.add_argument("--pairs", type=int, default=1_615_685_872, help="undirected edges (papers100M's edge count)")
     ap.add_argument("--classes", type=int, default=172)
@@ -64,9 +66,10 @@ def main() -> None:
     from gbpn.data.generators import ARXIV_SIZE, planted_partition_graph
 
     graphs = {}
-    pubmed = load_dataset("pubmed", args.data_dir)
-    ei = pubmed.edge_index
-    graphs["PubMed"] = (ei[:, ei[0] < ei[1]], pubmed.num_nodes)
+    for name in args.real:
+        real = load_dataset(name, args.data_dir)
+        ei = real.edge_index
+        graphs[real.name] = (ei[:, ei[0] < ei[1]], real.num_nodes)
     n, e, f, c = ARXIV_SIZE
     sbm = planted_partition_graph(n, e, 8, c, homophily=0.6, seed=0, pairs_only=True)
     graphs["DC-SBM (arXiv-sized)"] = (sbm.pairs, n)
