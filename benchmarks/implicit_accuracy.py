@@ -8,6 +8,7 @@ with both, the trials trained here are checked against the reference ones.
 
     python benchmarks/implicit_accuracy.py --datasets sexual election cora citeseer --trials 10 \\
         --reference results/table3/results.csv --unroll-trials 1 --data-dir $GBPN_DATA
+    python benchmarks/implicit_accuracy.py --datasets ising+ mrf+ --trials 10 --unroll-trials 10 --long-steps 30
 
 Prints per data set: mean ± std test accuracy of both, the mean paired difference (implicit -
 unrolled, same split), and the implicit training passes' convergence: the fraction of forward
@@ -44,6 +45,9 @@ def main() -> None:
                     help="unrolled trials to train here (default: all when there is no --reference, else 0)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--long-steps", type=int, default=None,
+                    help="also train unrolled BP with this many steps (same seeds as --trials): does a short K "
+                         "act as a regulariser, or is a long unrolled run as good as K = 5?")
     ap.add_argument("--output", default="runs/implicit-accuracy")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -56,15 +60,16 @@ def main() -> None:
                 if row["model"] == "gbpn":
                     reference[row["dataset"]][int(row["trial"])] = float(row["test_accuracy"])
 
-    def cell(dataset: str, backward: str, trials: int) -> list:
+    def cell(dataset: str, backward: str, trials: int, num_steps: int = 5) -> list:
         # model selection on validation accuracy, as in the results/ grids (not --metric auto's ROC AUC)
         config = TrainConfig(epochs=args.epochs, backward=backward, tol=args.tol, max_steps=args.max_steps,
-                             metric="accuracy")
-        out = Path(args.output) / f"{dataset}-{backward}"
+                             metric="accuracy", num_steps=num_steps)
+        name = backward if num_steps == 5 else f"{backward}-K{num_steps}"
+        out = Path(args.output) / f"{dataset}-{name}"
         return run_trials(dataset, config, trials, 0, out, args.data_dir, progress=False,
-                          log=lambda m: print(f"  {dataset} {backward}: {m}", flush=True))["trials"]
+                          log=lambda m: print(f"  {dataset} {name}: {m}", flush=True))["trials"]
 
-    lines = []
+    lines, long_cols = [], []
     for d in args.datasets:
         imp = cell(d, "implicit", args.trials)
         own = cell(d, "unroll", unroll_trials) if unroll_trials else []
@@ -83,6 +88,12 @@ def main() -> None:
         a = np.mean([t["implicit_adjoint_steps_mean"] for t in imp])
         fb = np.mean([t["implicit_fallback_frac"] for t in imp])
         sec = np.mean([t["train_seconds"] for t in imp])
+        if args.long_steps:
+            long = cell(d, "unroll", args.trials, args.long_steps)
+            paired = [t["test_accuracy"] - unrolled[t["trial"]] for t in long if t["trial"] in unrolled]
+            long_cols.append(f"| {d} | {_mean_std([t['test_accuracy'] for t in long])} ({len(long)}) | "
+                             f"{100 * np.mean(paired) if paired else float('nan'):+.1f} | {diff:+.1f} | "
+                             f"{np.mean([t['train_seconds'] for t in long]):.0f} |")
         lines.append(f"| {d} | {_mean_std(u) if u else '-'} ({len(u)}) | {_mean_std([t['test_accuracy'] for t in imp])} "
                      f"({len(imp)}) | {diff:+.1f} | {100 * f:.1f}% | {fs:.1f} | {a:.1f} | {100 * fb:.1f}% | {sec:.0f} |")
         print(f"{d} done{check}", flush=True)
@@ -92,6 +103,12 @@ def main() -> None:
           "| s/trial (implicit) |")
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(lines))
+    if long_cols:
+        print(f"\nUnrolled K = {args.long_steps} against K = 5 (Δ: mean paired difference, same splits)")
+        print(f"| dataset | unrolled K={args.long_steps} | Δ K={args.long_steps} - K=5 | Δ implicit - K=5 "
+              f"| s/trial (K={args.long_steps}) |")
+        print("|---|---|---|---|---|")
+        print("\n".join(long_cols))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,10 @@ set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over th
   measured K = 1 and K = 3 cells (memory is linear in K), marked '~', and the extrapolation is
   checked against the measured K = 5.
 
+The unrolled cells run twice: with the layer's own kernel choice (``kernel="auto"``: the fused
+kernels of :mod:`gbpn.nn.fused` where they apply, which keep one ``[E, c]`` buffer per step) and
+with ``kernel="eager"`` (the autograd graph of the reference path, several buffers per step).
+
 Times: wall seconds of the step and the process's CPU seconds (less sensitive to other jobs
 sharing the cores).
 """
@@ -47,6 +51,7 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     cuda = device.startswith("cuda")
     from gbpn.data.generators import planted_partition_graph
     from gbpn.nn.bp import BeliefPropagation
+    from gbpn.nn.implicit import ImplicitStats
 
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     n, y = data.num_nodes, data.y
@@ -59,10 +64,18 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     known[order[: int(0.15 * n)]] = True
     target = order[int(0.15 * n): int(0.3 * n)].to(device)
     H = torch.ones(c, c) + (beta - 1.0) * torch.eye(c)
-    layer = BeliefPropagation(c, num_steps=steps, backward=mode, tol=tol if mode == "implicit" else None,
-                              coupling_init=H).to(device)
+    backward, _, kernel = mode.partition("-")
+    layer = BeliefPropagation(c, num_steps=steps, backward=backward, tol=tol if backward == "implicit" else None,
+                              coupling_init=H, kernel=kernel or "auto").to(device)
     ei, rev, y, known = data.edge_index.to(device), data.rev_index.to(device), y.to(device), known.to(device)
     del data
+    # compile the kernels (numba's JIT holds tens of MB) on a 3-node path before measuring
+    tiny = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]], device=device)
+    phi = torch.zeros(3, c, device=device, requires_grad=True)
+    layer(phi, tiny, known_labels=torch.zeros(3, dtype=torch.long, device=device),
+          known_mask=torch.tensor([True, False, False], device=device)).sum().backward()
+    layer.implicit_stats = ImplicitStats()
+    layer.zero_grad()
 
     if cuda:
         torch.cuda.synchronize()
@@ -82,7 +95,8 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")) - base
     grads = torch.cat([log_self.grad.flatten(), layer.coupling.weight.grad.flatten()])
     return {"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak / 1024, "edges": int(ei.size(1)),
-            "finite": bool(torch.isfinite(grads).all()), **layer.implicit_stats.summary()}
+            "finite": bool(torch.isfinite(grads).all()), "kernel": layer.last_kernel,
+            **layer.implicit_stats.summary()}
 
 
 def main() -> None:
@@ -119,25 +133,27 @@ def main() -> None:
     for c in args.classes:
         imp = cell("implicit", args.max_steps, c)
         n = round(imp["forward_steps_mean"])
-        k1, k3, k5 = (cell("unroll", k, c) for k in (1, 3, 5))
-        per_step = (k3["peak_mb"] - k1["peak_mb"]) / 2
-        predicted = k1["peak_mb"] + (n - 1) * per_step
-        if predicted <= 1024 * args.max_gb:
-            kn, mark = cell("unroll", n, c), ""
-        else:
-            kn, mark = {"peak_mb": predicted, "seconds": float("nan"), "cpu_seconds": float("nan")}, "~"
         print(f"c = {c}, {imp['edges']} directed edges: implicit forward {n} steps "
               f"(converged: {imp['forward_converged_frac']:.0%}), adjoint {imp['adjoint_steps_mean']:.0f} steps "
-              f"(converged: {imp['adjoint_converged_frac']:.0%}), gradients finite: {imp['finite']}")
-        print(f"  linear memory model from K = 1, 3: {per_step:.0f} MB per unrolled step; K = 5 predicted "
-              f"{k1['peak_mb'] + 4 * per_step:.0f} MB, measured {k5['peak_mb']:.0f} MB")
-        print(f"  {'cell':<16} {'peak MB':>9} {'s/step':>8} {'CPU s/step':>11}")
-        for name, r, m in ((f"implicit tol {args.tol:g}", imp, ""), ("unroll K=5", k5, ""),
-                           (f"unroll K={n}", kn, mark)):
-            print(f"  {name:<16} {m + format(r['peak_mb'], '.0f'):>9} {r['seconds']:>8.1f} {r['cpu_seconds']:>11.1f}")
-        print(f"  implicit / unroll K=5 memory: {imp['peak_mb'] / k5['peak_mb']:.2f}; "
-              f"unroll K={n} / implicit memory: {mark}{kn['peak_mb'] / imp['peak_mb']:.1f}x", flush=True)
-
+              f"(converged: {imp['adjoint_converged_frac']:.0%}), gradients finite: {imp['finite']}", flush=True)
+        rows = [(f"implicit tol {args.tol:g}", imp, "")]
+        for mode in ("unroll", "unroll-eager"):
+            k1, k3, k5 = (cell(mode, k, c) for k in (1, 3, 5))
+            per_step = (k3["peak_mb"] - k1["peak_mb"]) / 2
+            predicted = k1["peak_mb"] + (n - 1) * per_step
+            if predicted <= 1024 * args.max_gb:
+                kn, mark = cell(mode, n, c), ""
+            else:
+                kn, mark = {"peak_mb": predicted, "seconds": float("nan"), "cpu_seconds": float("nan")}, "~"
+            name = f"{mode} ({k5['kernel']})"
+            print(f"  {name}: linear memory model from K = 1, 3: {per_step:.0f} MB per unrolled step; K = 5 predicted "
+                  f"{k1['peak_mb'] + 4 * per_step:.0f} MB, measured {k5['peak_mb']:.0f} MB", flush=True)
+            rows += [(f"{name} K=5", k5, ""), (f"{name} K={n}", kn, mark)]
+            print(f"  implicit / {name} K=5 memory: {imp['peak_mb'] / k5['peak_mb']:.2f}; "
+                  f"{name} K={n} / implicit memory: {mark}{kn['peak_mb'] / imp['peak_mb']:.1f}x", flush=True)
+        print(f"  {'cell':<28} {'peak MB':>9} {'s/step':>8} {'CPU s/step':>11}")
+        for name, r, m in rows:
+            print(f"  {name:<28} {m + format(r['peak_mb'], '.0f'):>9} {r['seconds']:>8.1f} {r['cpu_seconds']:>11.1f}")
 
 if __name__ == "__main__":
     main()

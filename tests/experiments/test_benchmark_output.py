@@ -77,3 +77,26 @@ def test_save_predictions_writes_every_runs_probabilities_and_gbpn_checkpoints(t
     again = np.genfromtxt(tmp_path / "again.csv", delimiter=",", names=True)
     saved = np.genfromtxt(tmp_path / "predictions" / "synth-ising+__gbpn__0.csv", delimiter=",", names=True)
     np.testing.assert_allclose(again["p_0"], saved["p_0"], atol=1e-5)
+
+
+def _auto_row(trial, test, candidates=True):
+    row = {"dataset": "g", "model": "gbpn:auto", "trial": trial, "test_accuracy": test, "potential": "mlp"}
+    if candidates:
+        row.update({"mlp__test_accuracy": test, "sign__test_accuracy": test + 0.1})
+    return row
+
+
+def test_encoder_table_counts_the_candidate_scores_it_has():
+    rows = [_auto_row(0, 0.5, candidates=False), _auto_row(1, 0.6), _auto_row(2, 0.7),
+            {"dataset": "g", "model": "gcn", "trial": 0, "test_accuracy": 0.4}]
+    line = benchmark.potential_table(rows, ["g"]).splitlines()[2]
+    # auto over its 3 trials; each candidate over the 2 rows that recorded it, and says so
+    assert "| 60.0 ± 10.0 |" in line and "65.0 ± 7.1 (n=2)" in line and "75.0 ± 7.1 (n=2)" in line
+    assert "accuracy (n=3)" in line and "gcn 40.0" in line
+
+
+def test_results_csv_keeps_the_candidates_scores(tmp_path):
+    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
+                       log=lambda m: None)
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert "mlp__test_accuracy" in header and "mlp__val_accuracy" in header

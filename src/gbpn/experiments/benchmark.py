@@ -163,7 +163,9 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
         for metric in ("accuracy", "roc_auc"):
             if not all(f"test_{metric}" in r for r in ar):
                 continue
-            cells = {f"GBPN {c}": [r[f"{c}__test_{metric}"] for r in ar] for c in cands}
+            # rows imported from an older results.csv may lack the candidates' scores
+            cells = {f"GBPN {c}": [r[f"{c}__test_{metric}"] for r in ar if f"{c}__test_{metric}" in r]
+                     for c in cands}
             cells["GBPN auto"] = [r[f"test_{metric}"] for r in ar]
             trials = {r["trial"] for r in ar}  # baselines on the same splits as the auto runs
             base = {m: [r[f"test_{metric}"] for r in rows if r["dataset"] == ds and r["model"] == m
@@ -179,7 +181,8 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
                 {c: sum(r.get("potential") == c for r in ar) for c in cands}.items(), key=lambda kv: -kv[1]) if n)
             out = [ds, f"{metric} (n={len(ar)})",
                    bold("base", f"{best_base} {_cell(base[best_base])}") if best_base else "–",
-                   *[bold(k, _cell(v)) for k, v in cells.items()], chose]
+                   *[bold(k, _cell(v) + ("" if len(v) == len(ar) else f" (n={len(v)})")) for k, v in cells.items()],
+                   chose]
             lines.append("| " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
 
@@ -274,6 +277,8 @@ def run_grid(
     if rows:
         keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
                 "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "potential", "seconds"]
+        # and the auto runs' per-candidate scores, so the encoder table can be rebuilt from the CSV alone
+        keys += sorted({k for r in rows for k in r if "__" in k and not isinstance(r[k], list)})
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
