@@ -93,6 +93,11 @@ def test_encoder_table_counts_the_candidate_scores_it_has():
     # auto over its 3 trials; each candidate over the 2 rows that recorded it, and says so
     assert "| 60.0 ± 10.0 |" in line and "65.0 ± 7.1 (n=2)" in line and "75.0 ± 7.1 (n=2)" in line
     assert "accuracy (n=3)" in line and "gcn 40.0" in line
+    # a data set none of whose rows recorded the candidates shows a dash, not NaN
+    line = benchmark.potential_table([_auto_row(0, 0.5, candidates=False), _auto_row(1, 0.6)] +
+                                     [dict(_auto_row(t, 0.7, candidates=False), dataset="h") for t in (0, 1)],
+                                     ["g", "h"]).splitlines()[3]
+    assert line.startswith("| h |") and "nan" not in line and "| – | – |" in line
 
 
 def test_results_csv_keeps_the_candidates_scores(tmp_path):

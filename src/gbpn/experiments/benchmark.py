@@ -172,7 +172,7 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
                         and f"test_{metric}" in r and r["trial"] in trials] for m in baselines}
             base = {m: v for m, v in base.items() if v}
             best_base = max(base, key=lambda m: np.mean(base[m])) if base else None
-            means = {k: float(np.mean(v)) for k, v in cells.items()}
+            means = {k: float(np.mean(v)) for k, v in cells.items() if v}
             if best_base:
                 means["base"] = float(np.mean(base[best_base]))
             top = max(means.values())
@@ -181,7 +181,8 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
                 {c: sum(r.get("potential") == c for r in ar) for c in cands}.items(), key=lambda kv: -kv[1]) if n)
             out = [ds, f"{metric} (n={len(ar)})",
                    bold("base", f"{best_base} {_cell(base[best_base])}") if best_base else "–",
-                   *[bold(k, _cell(v) + ("" if len(v) == len(ar) else f" (n={len(v)})")) for k, v in cells.items()],
+                   *[bold(k, _cell(v) + ("" if len(v) == len(ar) else f" (n={len(v)})")) if v else "–"
+                     for k, v in cells.items()],
                    chose]
             lines.append("| " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
