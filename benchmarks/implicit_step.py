@@ -20,8 +20,8 @@ set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over th
   checked against the measured K = 5.
 
 The unrolled cells run twice: with the layer's own kernel choice (``kernel="auto"``: the fused
-kernels of :mod:`gbpn.nn.fused` where they apply, which keep one ``[E, c]`` buffer per step) and
-with ``kernel="eager"`` (the autograd graph of the reference path, several buffers per step).
+kernels of :mod:`gbpn.nn.fused` where they apply, which keep about 1.5 ``[E, c]`` buffers per step) and
+with ``kernel="eager"`` (the autograd graph of the reference path, about 3 per step).
 
 Times: wall seconds of the step and the process's CPU seconds (less sensitive to other jobs
 sharing the cores).
@@ -154,6 +154,7 @@ def main() -> None:
         print(f"  {'cell':<28} {'peak MB':>9} {'s/step':>8} {'CPU s/step':>11}")
         for name, r, m in rows:
             print(f"  {name:<28} {m + format(r['peak_mb'], '.0f'):>9} {r['seconds']:>8.1f} {r['cpu_seconds']:>11.1f}")
+
 
 if __name__ == "__main__":
     main()
