@@ -142,11 +142,8 @@ def test_selection_reads_validation_scores_only():
     # the best on test (index 1) must lose to the best on validation (index 0)
     assert select_by_validation([result(0.8, 0.5), result(0.7, 0.9), result(float("nan"), 1.0)], "accuracy") == 0
     assert select_by_validation([result(0.7, 0.1), result(0.7, 0.9)], "accuracy") == 0  # ties: the earlier
-    # one standard error on 100 validation labels (~0.045 at 0.75) keeps the simpler first candidate ...
-    y_val = torch.zeros(100, dtype=torch.long)
-    assert select_by_validation([result(0.74, 0.1), result(0.76, 0.9)], "accuracy", y_val) == 0
-    # ... but not when the other is clearly better on validation, whatever the test scores say
-    assert select_by_validation([result(0.60, 0.9), result(0.76, 0.1)], "accuracy", y_val) == 1
+    # any margin on validation wins, whatever the test scores say
+    assert select_by_validation([result(0.74, 0.9), result(0.76, 0.1)], "accuracy") == 1
 
 
 def test_auto_potential_picks_the_best_validation_candidate_and_ignores_test_labels():
@@ -154,12 +151,9 @@ def test_auto_potential_picks_the_best_validation_candidate_and_ignores_test_lab
     cfg = TrainConfig(epochs=8, hidden=16, potential="auto")
     res = fit(data, cfg, seed=1)
     cands = res.metrics["auto_candidates"]
-    assert [c["potential"] for c in cands] == ["mlp", "sign", "gcn-mixed"]
-    from gbpn.metrics import standard_error
-
+    assert [c["potential"] for c in cands] == ["mlp", "sign", "sage", "gcn-mixed"]
     top = max(c["val_accuracy"] for c in cands)
-    se = standard_error("accuracy", top, data.y[res.masks[1]])
-    assert res.metrics["potential"] == next(c["potential"] for c in cands if c["val_accuracy"] >= top - se)
+    assert res.metrics["potential"] == next(c["potential"] for c in cands if c["val_accuracy"] == top)
     # scrambling the test labels changes no choice and no validation score
     scrambled = data.clone()
     test = res.masks[2]

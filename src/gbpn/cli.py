@@ -96,8 +96,7 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--potential", default="mlp", choices=[*ENCODERS, "auto"],
                    help="encoder of the self-potential: mlp (the paper's, own features only), sign (precomputed "
                         "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), or "
-                        "auto (train mlp, sign and gcn --no-separate; keep the simplest within one standard error of "
-                        "the best on validation) "
+                        "auto (train mlp, sign, sage and gcn --no-separate; keep the best on validation) "
                         "(default: mlp)")
     p.add_argument("--potential-hops", type=int, default=2, help="sign: propagation hops (default: 2)")
     p.add_argument("--potential-layers", type=int, default=2, help="gcn/sage/gat: message-passing layers (default: 2)")

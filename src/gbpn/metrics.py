@@ -1,7 +1,6 @@
 """Scores of predicted log-beliefs against labels."""
 from __future__ import annotations
 
-import math
 from typing import Dict
 
 from torch import Tensor
@@ -68,19 +67,3 @@ def default_metric(y: Tensor, num_classes: int, mask: Tensor = None) -> str:
         return "accuracy"
     share = float((labels == 1).float().mean())
     return "roc_auc" if min(share, 1 - share) < 0.3 else "accuracy"
-
-
-def standard_error(metric: str, value: float, y: Tensor) -> float:
-    r"""Standard error of a ``metric`` of ``value`` measured on the labels ``y``: binomial
-    :math:`\sqrt{p(1-p)/n}` for accuracy (and, as an approximation, macro-F1); Hanley & McNeil
-    (1982) for ROC AUC with the positive class 1."""
-    if value != value or y.numel() == 0:
-        return 0.0
-    if metric != "roc_auc":
-        return math.sqrt(max(value * (1 - value), 0.0) / y.numel())
-    n1, n0 = int((y == 1).sum()), int((y != 1).sum())
-    if n1 == 0 or n0 == 0:
-        return 0.0
-    q1, q2 = value / (2 - value), 2 * value * value / (1 + value)
-    var = (value * (1 - value) + (n1 - 1) * (q1 - value ** 2) + (n0 - 1) * (q2 - value ** 2)) / (n1 * n0)
-    return math.sqrt(max(var, 0.0))

@@ -21,7 +21,7 @@ from gbpn.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.splits import random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.metrics import default_metric, f1_with_val_threshold, score, standard_error
+from gbpn.metrics import default_metric, f1_with_val_threshold, score
 from gbpn.nn.model import GBPN
 from gbpn.objective import (
     balanced_class_weight,
@@ -287,17 +287,12 @@ def candidate_name(config: TrainConfig) -> str:
     return config.potential + ("-mixed" if mixed else "")
 
 
-def select_by_validation(results: List[TrialResult], metric: str, y_val: Optional[Tensor] = None) -> int:
-    """Index of the chosen result, by the one-standard-error rule on the validation ``metric``:
-    the first result (``results`` go from the simplest model to the most complex) whose score is
-    within one standard error (:func:`gbpn.metrics.standard_error` on the labels ``y_val``) of
-    the best one. Without ``y_val``: the best score (ties: the earlier one).
-    Only validation scores are read: test labels never take part in the choice."""
+def select_by_validation(results: List[TrialResult], metric: str) -> int:
+    """Index of the result with the best validation ``metric`` (ties: the earlier, i.e. simpler,
+    one; NaN never wins). Only validation scores are read: test labels never take part."""
     vals = [r.metrics[f"val_{metric}"] for r in results]
     vals = [v if v == v else -math.inf for v in vals]  # NaN (e.g. one class in validation) never wins
-    best = max(range(len(vals)), key=lambda i: (vals[i], -i))
-    slack = 0.0 if y_val is None else standard_error(metric, vals[best], y_val)
-    return next(i for i, v in enumerate(vals) if v >= vals[best] - slack)
+    return max(range(len(vals)), key=lambda i: (vals[i], -i))
 
 
 def fit(
@@ -343,9 +338,7 @@ def fit(
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
     results = [_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch)
                for cand in auto_candidates(config)]
-    # the simplest candidate within one standard error of the best validation score: noise in a
-    # few hundred validation labels should not move a graph off the paper's MLP potential
-    best = results[select_by_validation(results, config.metric, data.y[masks[1]])]
+    best = results[select_by_validation(results, config.metric)]
     # every candidate's scores are recorded for the report; the choice above read validation only
     keys = dict.fromkeys((f"val_{config.metric}", "val_accuracy", f"test_{config.metric}", "test_accuracy"))
     best.metrics["auto_candidates"] = [{"potential": candidate_name(r.config), **{k: r.metrics[k] for k in keys}}

@@ -39,12 +39,13 @@ from gbpn.nn.model import MLP, dropout
 
 ENCODERS = ("mlp", "sign", "gcn", "sage", "gat")
 # what `--potential auto` tries, per trial, picking on validation alone, from the simplest to
-# the most complex: the paper's MLP, SIGN with separate ego channels, and a GNN that mixes a
-# node into its neighbourhood (GCN with self-loops). Other encoders (sign mixed, sage, gat)
+# the most complex: the paper's MLP, SIGN and SAGE with separate ego channels, and a GNN that
+# mixes a node into its neighbourhood (GCN with self-loops). Other encoders (sign mixed, gat)
 # are opt-in: each candidate costs a full training run.
 AUTO_CANDIDATES: Sequence[Dict] = (
     {"potential": "mlp"},
     {"potential": "sign", "separate": True},
+    {"potential": "sage", "separate": True},
     {"potential": "gcn", "separate": False},
 )
 
