@@ -192,8 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
                    help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
     b.add_argument("--quick", action="store_true",
-                   help="smoke run: 2 trials of 100 epochs (table2: the 4 reference grids only, 526 s on 2 busy "
-                        "cores)")
+                   help="smoke run: 2 trials of 100 epochs, without gbpn:auto (table2: the 4 reference grids "
+                        "only); see the README for what it costs")
     b.add_argument("--models", nargs="+", default=None,
                    help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "

@@ -30,6 +30,7 @@ def test_missing_dataset_is_skipped_not_fatal(tmp_path):
     run_grid(["mlp"], ["election"], trials=1, output=tmp_path, epochs=2, data_dir=str(tmp_path / "none"),
              progress=False, log=msgs.append)
     assert any("skipping election" in m for m in msgs)
+    assert not list((tmp_path / "rows").glob("*.claim"))  # no claim left behind for other workers to wait on
 
 
 def test_public_splits_are_used_when_a_dataset_has_them(tmp_path, data_dir):

@@ -26,6 +26,16 @@ def test_quick_table2_is_the_four_reference_grids(monkeypatch):
     assert len(seen["datasets"]) == 8 and seen["trials"] == 10
 
 
+def test_quick_leaves_out_auto_and_the_full_preset_keeps_it(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(benchmark, "run_grid", lambda models, datasets, trials, output, **kw: seen.update(
+        models=models) or "")
+    benchmark.run_preset("table3", "unused", quick=True)
+    assert "gbpn:auto" not in seen["models"] and "gbpn" in seen["models"]
+    benchmark.run_preset("table3", "unused")
+    assert "gbpn:auto" in seen["models"]
+
+
 @pytest.mark.parametrize("metric", ["roc_auc", "macro_f1"])
 def test_baselines_select_and_report_the_chosen_metric(tmp_path, metric):
     models = ["mlp", "gcn", "lp", "cs", "gmnn", "gbpn"]
