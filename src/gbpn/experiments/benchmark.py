@@ -248,20 +248,19 @@ def run_grid(
         if d in skipped or name.with_suffix(".json").is_file() or not _claim(name.with_suffix(".claim")):
             continue
         bar.set_postfix_str(f"{d} {m} trial {t}")
-        if d not in loaded:
-            try:
-                loaded = {d: load_dataset(source[d], data_dir)}
-            except DatasetNotFoundError as err:
-                log(f"skipping {d}: {err}")
-                skipped.add(d)
-                name.with_suffix(".claim").unlink(missing_ok=True)
-                continue
-        data = loaded[d]
-        s = seed + t
-        masks, record = trial_split(data, t, s)
-        split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
-        start = time.perf_counter()
-        try:
+        try:  # whatever happens once claimed (a skipped data set, an error), the claim is released
+            if d not in loaded:
+                try:
+                    loaded = {d: load_dataset(source[d], data_dir)}
+                except DatasetNotFoundError as err:
+                    log(f"skipping {d}: {err}")
+                    skipped.add(d)
+                    continue
+            data = loaded[d]
+            s = seed + t
+            masks, record = trial_split(data, t, s)
+            split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
+            start = time.perf_counter()
             metrics = run_one(m, data, masks, s, epochs, batch_size, patience, metric, keep=save_predictions,
                               dropout=dropout)
             if save_predictions:
