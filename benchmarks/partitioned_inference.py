@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from gbpn.distributed.partition import PARTITIONERS
 
 def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
@@ -123,7 +124,7 @@ def main() -> None:
     r = sub.add_parser("run", help="time full-graph inference (under torchrun: partitioned)")
     r.add_argument("--half-messages", action="store_true", help="store messages in bfloat16")
     r.add_argument("--chunk", type=int, default=1 << 18, help="pairs per chunk (default: 2^18)")
-    r.add_argument("--partitioner", choices=["auto", "metis", "ranges"], default="auto")
+    r.add_argument("--partitioner", choices=list(PARTITIONERS), default="auto")
     r.add_argument("--save", default=None, help="write the log-beliefs here (rank 0)")
     r.add_argument("--compare", default=None, help="log-beliefs saved by --save in an earlier run")
     r.add_argument("--json", default=None, help="write the numbers here as JSON")

@@ -16,6 +16,7 @@ import torch
 import gbpn
 from gbpn import distributed
 from gbpn.distributed import rank_and_world
+from gbpn.distributed.partition import PARTITIONERS
 from gbpn.errors import GBPNError
 from gbpn.metrics import METRICS
 from gbpn.nn.encoders import ENCODERS
@@ -183,9 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
                         "(about a quarter of the default's message memory)")
-    p.add_argument("--partitioner", choices=["auto", "metis", "ranges"], default="auto",
-                   help="under torchrun: how nodes are split into one part per process; auto: METIS (pymetis) up "
-                        "to 50 M directed edges, else degree-balanced ranges (default: auto)")
+    p.add_argument("--partitioner", choices=list(PARTITIONERS), default="auto",
+                   help="under torchrun: how nodes are split into one part per process; refined: degree-balanced "
+                        "ranges improved by balanced label propagation; auto: METIS (pymetis) up to 50 M directed "
+                        "edges, else refined (default: auto)")
     p.add_argument("--output", default=None, help="CSV to write (default: predictions.csv beside the checkpoint)")
 
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")

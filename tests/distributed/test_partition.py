@@ -4,7 +4,7 @@ from collections import Counter
 import pytest
 import torch
 
-from gbpn.distributed.partition import build_part, partition, range_parts
+from gbpn.distributed.partition import build_part, degree, partition, range_parts, refine_parts
 from gbpn.nn import BeliefPropagation
 from gbpn.nn.functional import clamp_log_potential, log_normalize
 from gbpn.nn.pairs import Boundary, pair_bp
@@ -18,7 +18,7 @@ def random_pairs(n, m, seed):
     return torch.stack([key // n, key % n])
 
 
-@pytest.mark.parametrize("method", ["ranges", "metis"])
+@pytest.mark.parametrize("method", ["ranges", "refined", "metis"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_parts_cover_every_directed_edge_once(method, world):
     pytest.importorskip("pymetis") if method == "metis" else None
@@ -62,6 +62,41 @@ def test_range_parts_balance_the_edges():
     deg = torch.bincount(pairs.view(-1), minlength=n)
     per_part = torch.zeros(4, dtype=torch.long).index_add_(0, part.long(), deg)
     assert float(per_part.max()) < 1.05 * float(per_part.float().mean())
+
+
+def planted_pairs(n, parts, m, p_in, seed):
+    """Random pairs among ``n`` nodes in ``parts`` equal planted groups (a fraction ``p_in`` of the
+    edges inside a group), node ids shuffled so that contiguous ranges know nothing of the groups."""
+    g = torch.Generator().manual_seed(seed)
+    group = torch.arange(n) % parts
+    u = torch.randint(0, n, (m,), generator=g)
+    inside = torch.rand(m, generator=g) < p_in
+    v = torch.randint(0, n // parts, (m,), generator=g) * parts
+    v = torch.where(inside, v + group[u], torch.randint(0, n, (m,), generator=g))
+    keep = u != v
+    key = torch.unique(torch.minimum(u, v)[keep] * n + torch.maximum(u, v)[keep])
+    perm = torch.randperm(n, generator=g)
+    return perm[torch.stack([key // n, key % n])]
+
+
+def cut_fraction(pairs, part):
+    return float((part[pairs[0]] != part[pairs[1]]).float().mean())
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_refinement_cuts_fewer_edges_and_keeps_the_work_balanced(parts):
+    n, pairs = 3000, planted_pairs(3000, parts, 30000, 0.9, 4)
+    start = range_parts(pairs, n, parts)
+    refined = refine_parts(pairs, start, parts, iterations=30)
+    deg = degree(pairs, n)
+    for part in (start, refined):
+        work = torch.zeros(parts, dtype=torch.long).index_add_(0, part.long(), deg)
+        assert float(work.max()) < 1.03 * float(work.float().mean())  # directed edges per part
+    # ranges cut about 1 - 1/parts of the edges; the planted groups cut 10%
+    assert cut_fraction(pairs, start) > 0.9 * (1 - 1 / parts)
+    assert cut_fraction(pairs, refined) < 0.5 * cut_fraction(pairs, start)
+    assert torch.equal(refined, refine_parts(pairs, start, parts, iterations=30))  # seeded
+    assert torch.equal(refine_parts(pairs, start, parts, iterations=0), start)
 
 
 def test_edgeless_graph_has_parts():
