@@ -45,8 +45,12 @@ def _both(layer, inputs, kw, params, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("damping", [0.0, 0.4])
 @pytest.mark.parametrize("weights", ["none", "edge", "message", "both"])
-def test_fused_equals_eager_forward_and_backward(dtype, damping, weights):
-    n, c = 40, 5
+@pytest.mark.parametrize("c", [5, 12])  # 12: the chunk products run on BLAS
+def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c):
+    if c == 12:
+        from gbpn.nn._fused_kernels import _BLAS_CLASSES
+        assert _BLAS_CLASSES <= c
+    n = 40
     ei = _random_graph(n, 0.15, seed=int(damping * 10) + len(weights))
     E = ei.size(1)
     g = torch.Generator().manual_seed(1)
@@ -69,6 +73,28 @@ def test_fused_equals_eager_forward_and_backward(dtype, damping, weights):
     for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
         _close(b, a)
     assert torch.equal(fast[0][known].argmax(1), labels[known])  # evidence stays clamped
+
+
+def test_fused_equals_eager_on_a_graph_beyond_the_cache():
+    """Messages past ``_PREFETCH_MIN`` numbers: the kernels prefetch the reverse messages."""
+    from gbpn.nn._fused_kernels import _PREFETCH_MIN
+
+    n, c = 3000, 12
+    g = torch.Generator().manual_seed(5)
+    u, v = torch.randint(0, n, (2, 30000), generator=g)
+    keep = u != v
+    ei = torch.unique(torch.stack([torch.minimum(u, v)[keep], torch.maximum(u, v)[keep]]), dim=1)
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    assert ei.size(1) * c >= _PREFETCH_MIN
+    layer = BeliefPropagation(c, num_steps=3).double()
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
+    phi = torch.randn(n, c, generator=g, dtype=torch.float64).requires_grad_()
+    labels, known = torch.randint(0, c, (n,), generator=g), torch.rand(n, generator=g) < 0.3
+    kw = dict(rev_index=reverse_edge_index(ei, n), known_labels=labels, known_mask=known)
+    eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
+    for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
+        _close(b, a)
 
 
 def test_fused_inference_equals_eager_and_stops_at_the_same_step():

@@ -15,7 +15,13 @@ dtype. Options are passed as arrays (empty = off) so that one compiled version p
 
 The class count ``c`` is only known at run time, so loops over classes are short (2 to ~50): the
 O(c^2) products run on chunks of ``_CHUNK`` consecutive edges held class-major (``[c, _CHUNK]``),
-so that the innermost loop runs along the chunk and vectorises whatever ``c`` is.
+so that the innermost loop runs along the chunk and vectorises whatever ``c`` is; from
+``_BLAS_CLASSES`` classes on they are BLAS matrix products (numba's ``np.dot``), which keep
+operands in registers where the loop streams them through memory.
+
+What bounds a step is the gather of the reverse messages ``M[rev[k]]``: rows of an ``[E, c]``
+array in no useful order, a cache miss each on any graph much larger than the cache. The
+cavity loop prefetches the row needed ``_AHEAD`` edges later, so that the misses overlap.
 """
 from __future__ import annotations
 
@@ -31,6 +37,9 @@ from numba.extending import intrinsic
 _FM = {"contract", "reassoc", "nsz"}
 _CHUNK = 128  # edges per class-major chunk
 _GROUP = 1024  # edges per node group: a group's messages are still in cache when its beliefs read them
+_BLAS_CLASSES = 8  # from this many classes on, chunk products go to BLAS (below, a call costs more than the loop)
+_AHEAD = 24  # edges between a reverse message's prefetch and its use
+_PREFETCH_MIN = 1 << 19  # messages (E x c numbers) from which they no longer sit in cache and prefetching pays
 
 
 # Flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) while a kernel runs: beliefs far
@@ -65,6 +74,21 @@ def _put_mxcsr(typingctx, value):
     return types.none(value), codegen
 
 
+@intrinsic
+def _prefetch(typingctx, arr, index):
+    """Hint the CPU to fetch the cache line holding ``arr.flat[index]`` (``llvm.prefetch``: read, keep)."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), ir.Constant(i32, 0),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(arr, index), codegen
+
+
 if _X86:
     @njit(inline="always")
     def _flush_denormals():
@@ -95,19 +119,34 @@ def _group_end(rowptr, i0, end):
     return i1
 
 
+@njit(inline="always")
+def _prefetch_row(M, r, c):
+    """Prefetch row ``r`` of the ``[E, c]`` array ``M`` (every cache line it touches)."""
+    base = r * c
+    for off in range(0, c, 16):
+        _prefetch(M, base + off)
+    _prefetch(M, base + c - 1)
+
+
 @njit(inline="always", fastmath=_FM)
 def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
     """``cav[:, e]`` for edge ``k0 + e``: ``B[src] / M[rev]``, or with message weights
     ``exp(b[src] - w'_rev log M[rev] - max)``."""
     c = cav.shape[0]
+    E = rev.shape[0]
+    ahead = E if E * c < _PREFETCH_MIN else _AHEAD  # E: no prefetch
     if mw.shape[0] == 0:
         for e in range(n):
+            if k0 + e + ahead < E:
+                _prefetch_row(M_prev, rev[k0 + e + ahead], c)
             s = src[k0 + e]
             r = rev[k0 + e]
             for a in range(c):
                 cav[a, e] = B_prev[s, a] / M_prev[r, a]
     else:
         for e in range(n):
+            if k0 + e + ahead < E:
+                _prefetch_row(M_prev, rev[k0 + e + ahead], c)
             s = src[k0 + e]
             r = rev[k0 + e]
             w = mw[r]
@@ -122,7 +161,11 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
 
 @njit(inline="always", fastmath=_FM)
 def _chunk_matmul(out, A, x, n):
-    """``out[:, :n] = A @ x[:, :n]``, the innermost loop along the chunk."""
+    """``out[:, :n] = A @ x[:, :n]``, the innermost loop along the chunk (BLAS on whole chunks from
+    ``_BLAS_CLASSES`` classes on: the columns from ``n`` on are computed from whatever ``x`` holds there)."""
+    if A.shape[1] >= _BLAS_CLASSES:
+        np.dot(A, x, out)
+        return
     for i in range(A.shape[0]):
         for e in range(n):
             out[i, e] = 0
@@ -180,7 +223,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     lam = damping[0]
     one = lam * 0 + 1
     # per-block scratch
-    cav_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
+    cav_ = np.zeros((n_blocks, c, _CHUNK), phi.dtype)  # zeros: whole-chunk BLAS products read past n
     P_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
     inv_ = np.empty((n_blocks, _CHUNK), phi.dtype)
     Hw_ = np.empty((n_blocks, c, c), phi.dtype)
@@ -274,16 +317,20 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     lam = damping[0]
     one = lam * 0 + 1
     weighted = ew.shape[0] > 0
-    cav_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch
+    E = rev.shape[0]
+    ahead = E if E * c < _PREFETCH_MIN else _AHEAD  # E: no prefetch
+    cav_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch (zeros: BLAS reads past n)
     P_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
-    tau_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
+    tau_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)
     q_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
     zinv_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
     ssum_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
     Hw_ = np.empty((n_blocks, c, c), B_t.dtype)
+    ct_ = np.empty((n_blocks, c, c), B_t.dtype)
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, tau, q, zinv, ssum, Hw = cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk], Hw_[blk]
+        ct = ct_[blk]
         gl = GL[blk]
         i0 = blocks[blk]
         while i0 < blocks[blk + 1]:
@@ -293,6 +340,8 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                     gz[i, a] = Gb_ext[i, a] if first else 0
                 if not first:
                     for k in range(rowptr[i], rowptr[i + 1]):
+                        if k + ahead < E:
+                            _prefetch_row(Gv_next, rev[k + ahead], c)
                         r = rev[k]
                         for a in range(c):
                             gz[i, a] += Gv_next[r, a]
@@ -364,12 +413,21 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                     for e in range(n):
                         for a in range(c):
                             Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
-                    for a in range(c):
+                    if c >= _BLAS_CLASSES:  # gl += cav tau^T over the chunk; columns past n must not count
                         for b in range(c):
-                            t = tau[0, 0] * 0
-                            for e in range(n):
-                                t += cav[a, e] * tau[b, e]
-                            gl[a, b] += t
+                            for e in range(n, _CHUNK):
+                                tau[b, e] = 0
+                        np.dot(cav, tau.T, ct)
+                        for a in range(c):
+                            for b in range(c):
+                                gl[a, b] += ct[a, b]
+                    else:
+                        for a in range(c):
+                            for b in range(c):
+                                t = tau[0, 0] * 0
+                                for e in range(n):
+                                    t += cav[a, e] * tau[b, e]
+                                gl[a, b] += t
             i0 = i1
         _restore(old)
 

@@ -146,17 +146,31 @@ def _parallel(kernel, blocks: np.ndarray, args: tuple, per_block: Tuple[int, ...
     """``kernel(rowptr, blocks, *args)`` with one thread per node block (the kernels release the GIL);
     the arguments at positions ``per_block`` (of ``args``) have a leading block axis and are sliced."""
     nb = blocks.shape[0] - 1
-    if nb == 1:
-        kernel(args[0], blocks, *args[1:])
-        return
 
     def run(j: int) -> None:
         sliced = [a[j:j + 1] if i in per_block else a for i, a in enumerate(args)]
         kernel(sliced[0], blocks[j:j + 2], *sliced[1:])
 
-    pool = _pool.get(nb) or _pool.setdefault(nb, ThreadPoolExecutor(nb, thread_name_prefix="gbpn-bp"))
-    for future in [pool.submit(run, j) for j in range(nb)]:
-        future.result()
+    with _one_blas_thread():
+        if nb == 1:
+            kernel(args[0], blocks, *args[1:])
+            return
+        pool = _pool.get(nb) or _pool.setdefault(nb, ThreadPoolExecutor(nb, thread_name_prefix="gbpn-bp"))
+        for future in [pool.submit(run, j) for j in range(nb)]:
+            future.result()
+
+
+def _one_blas_thread():
+    """A context in which BLAS (the chunk products of the kernels: numba calls SciPy's) runs on the
+    calling thread only: the node blocks are the parallelism, and OpenBLAS would otherwise start its
+    own threads for the larger chunk products, on top of them."""
+    ctl = _state.get("blas")
+    if ctl is None:
+        import scipy.linalg.cython_blas  # noqa: F401 (numba's BLAS: loaded, so that the controller sees it)
+        from threadpoolctl import ThreadpoolController
+
+        ctl = _state["blas"] = ThreadpoolController().select(user_api="blas")
+    return ctl.limit(limits=1)
 
 
 @dataclass
