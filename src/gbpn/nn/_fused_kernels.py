@@ -311,12 +311,14 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     :math:`G_{H^{w}} \mathrel{+}= \mathrm{cav}\,\tau^\top` (per block into ``GL``; with edge weights
     times :math:`w_k H^{w_k}`, and :math:`G_{w_k} \mathrel{+}= \sum \mathrm{cav}\,\tau^\top \odot H^{w_k} \odot L`),
     and the damping's share :math:`D_k \leftarrow \lambda\,g\,M^{t-1}_k / M^t_k` for step :math:`t-1`.
+    ``D`` is empty when it would stay zero (no damping, no gradient of the last messages).
     """
     n_blocks = blocks.shape[0] - 1
     c = B_t.shape[1]
     lam = damping[0]
     one = lam * 0 + 1
     weighted = ew.shape[0] > 0
+    carry = D.shape[0] > 0  # an empty D: no damping and no gradient of the last messages (all zeros)
     E = rev.shape[0]
     ahead = E if E * c < _PREFETCH_MIN else _AHEAD  # E: no prefetch
     cav_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch (zeros: BLAS reads past n)
@@ -376,7 +378,8 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                     wk = mw[k] if mw.shape[0] > 0 else one
                     s = zinv[0] * 0
                     for b in range(c):
-                        g = D[k, b] + wk * (gz[d, b] - Gv_next[r, b])  # Gv_next is all 0 when first
+                        g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
+                        g = D[k, b] + wk * g if carry else wk * g
                         if lam > 0:
                             t = (one - lam) * g / M_t[k, b]
                             s += t * P[b, e]
@@ -384,7 +387,8 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                         else:
                             t = g / M_t[k, b]
                             s += g
-                            D[k, b] = 0
+                            if carry:
+                                D[k, b] = 0
                         tau[b, e] = t
                     ssum[e] = s * zinv[e] if lam > 0 else s
                 for b in range(c):

@@ -269,7 +269,10 @@ class _FusedBP(torch.autograd.Function):
         Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
         blocks = lay.blocks(_threads())
         Gb = np.zeros((n, c), Bn.dtype) if g_b is None else _np(g_b).astype(Bn.dtype, copy=False)
-        D = np.zeros((E, c), Bn.dtype) if g_msg is None or g_msg.numel() == 0 else _np(g_msg).astype(Bn.dtype)
+        if g_msg is not None and g_msg.numel():
+            D = _np(g_msg).astype(Bn.dtype)
+        else:  # the damping's share of the message gradient, carried to the step before; none: empty
+            D = np.zeros((E if float(g.damping[0]) > 0 else 0, c), Bn.dtype)
         Gphi = torch.zeros(n, c, dtype=B.dtype)
         GL = np.zeros((blocks.shape[0] - 1, c, c), np.float64)
         Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
