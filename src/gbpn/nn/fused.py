@@ -20,6 +20,7 @@ eager path.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 import weakref
@@ -142,16 +143,18 @@ def _threads() -> int:
 _pool: Dict[int, ThreadPoolExecutor] = {}
 
 
-def _parallel(kernel, blocks: np.ndarray, args: tuple, per_block: Tuple[int, ...] = ()) -> None:
+def _parallel(kernel, blocks: np.ndarray, args: tuple, per_block: Tuple[int, ...] = (), classes: int = 0) -> None:
     """``kernel(rowptr, blocks, *args)`` with one thread per node block (the kernels release the GIL);
-    the arguments at positions ``per_block`` (of ``args``) have a leading block axis and are sliced."""
+    the arguments at positions ``per_block`` (of ``args``) have a leading block axis and are sliced.
+    ``classes``: from ``_BLAS_CLASSES`` on, the kernel calls BLAS, held to one thread meanwhile
+    (setting OpenBLAS's thread count costs 50-100 microseconds a call, so only then)."""
     nb = blocks.shape[0] - 1
 
     def run(j: int) -> None:
         sliced = [a[j:j + 1] if i in per_block else a for i, a in enumerate(args)]
         kernel(sliced[0], blocks[j:j + 2], *sliced[1:])
 
-    with _one_blas_thread():
+    with _one_blas_thread() if classes >= _kernels()._BLAS_CLASSES else contextlib.nullcontext():
         if nb == 1:
             kernel(args[0], blocks, *args[1:])
             return
@@ -228,7 +231,7 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
         cur, nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
         _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[cur], Bn[cur],
                                              Mn[cur], Mn[nxt], bn[nxt], Bn[nxt], res_node, g.HT, g.L, g.damping, g.ew,
-                                             g.mw, g.span))
+                                             g.mw, g.span), classes=c)
         t = nxt
         if res_node.shape[0]:
             residuals.append(torch.tensor(float(res_node.max()) if n else 0.0, dtype=phi.dtype))
@@ -282,7 +285,7 @@ class _FusedBP(torch.autograd.Function):
             _parallel(k.backward_step, blocks, (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, Bn[t], bn[t - 1],
                                                 Bn[t - 1], Mn[t - 1], Mn[t], Gb, Gv_next, Gv_cur, D, Gphi.numpy(), gz,
                                                 GL, Gw, g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw, t == steps),
-                      per_block=(16,))  # GL
+                      per_block=(16,), classes=c)  # GL
             Gv_next, Gv_cur = Gv_cur, Gv_next
         if steps:  # b^0 = phi is read by the first step's cavities
             _parallel(k.gather_reverse, blocks, (lay.rowptr, lay.rev, Gv_next, Gphi.numpy()))
