@@ -13,6 +13,11 @@ from gbpn.nn.pairs import Boundary, pair_bp
 def random_pairs(n, m, seed):
     g = torch.Generator().manual_seed(seed)
     u, v = torch.randint(0, n, (m,), generator=g), torch.randint(0, n, (m,), generator=g)
+    return unique_pairs(u, v, n)
+
+
+def unique_pairs(u, v, n):
+    """The distinct undirected edges ``[2, P]`` (smaller id first) among ``u -> v``, self-loops dropped."""
     keep = u != v
     key = torch.unique(torch.minimum(u, v)[keep] * n + torch.maximum(u, v)[keep])
     return torch.stack([key // n, key % n])
@@ -73,10 +78,8 @@ def planted_pairs(n, parts, m, p_in, seed):
     inside = torch.rand(m, generator=g) < p_in
     v = torch.randint(0, n // parts, (m,), generator=g) * parts
     v = torch.where(inside, v + group[u], torch.randint(0, n, (m,), generator=g))
-    keep = u != v
-    key = torch.unique(torch.minimum(u, v)[keep] * n + torch.maximum(u, v)[keep])
-    perm = torch.randperm(n, generator=g)
-    return perm[torch.stack([key // n, key % n])]
+    pairs = unique_pairs(u, v, n)
+    return torch.randperm(n, generator=g)[pairs]
 
 
 def cut_fraction(pairs, part):

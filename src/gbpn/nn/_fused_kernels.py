@@ -120,6 +120,13 @@ def _group_end(rowptr, i0, end):
 
 
 @njit(inline="always")
+def _prefetch_distance(E, c):
+    """Edges between a reverse row's prefetch and its use; ``E`` (never) while the ``[E, c]``
+    messages fit in cache."""
+    return E if E * c < _PREFETCH_MIN else _AHEAD
+
+
+@njit(inline="always")
 def _prefetch_row(M, r, c):
     """Prefetch row ``r`` of the ``[E, c]`` array ``M`` (every cache line it touches)."""
     base = r * c
@@ -134,7 +141,7 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
     ``exp(b[src] - w'_rev log M[rev] - max)``."""
     c = cav.shape[0]
     E = rev.shape[0]
-    ahead = E if E * c < _PREFETCH_MIN else _AHEAD  # E: no prefetch
+    ahead = _prefetch_distance(E, c)
     if mw.shape[0] == 0:
         for e in range(n):
             if k0 + e + ahead < E:
@@ -320,7 +327,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     weighted = ew.shape[0] > 0
     carry = D.shape[0] > 0  # an empty D: no damping and no gradient of the last messages (all zeros)
     E = rev.shape[0]
-    ahead = E if E * c < _PREFETCH_MIN else _AHEAD  # E: no prefetch
+    ahead = _prefetch_distance(E, c)
     cav_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch (zeros: BLAS reads past n)
     P_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
     tau_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)
