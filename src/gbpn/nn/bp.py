@@ -21,6 +21,7 @@ from gbpn.nn.functional import (
     reverse_edge_index,
 )
 from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, spread_ok
+from gbpn.nn.fused_triton import device_csr, triton_bp, triton_unavailable
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
 from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
@@ -64,9 +65,13 @@ def log_messages(
     return new
 
 
-# kernel="auto" keeps the eager path for two classes on graphs this large: its linear-domain step
+# kernel="auto" keeps the eager path on CPU for two classes on graphs this large: its linear-domain step
 # measured 1.25x faster at inference and 1.13x in training on the arXiv-sized graph at c = 2
 _EAGER_MAX_CLASSES, _EAGER_MIN_EDGES = 2, 1_000_000
+# On CUDA kernel="auto" runs the Triton step only up to this many classes: on an H200, arXiv-sized
+# graph (benchmarks/triton_blocks.py) it took 0.61x the eager step at c = 2 but 1.6x at c = 7 and
+# 2.2-2.7x at c = 40 and 47
+_TRITON_MAX_CLASSES = 2
 
 
 def _check_kernel(kernel: str) -> str:
@@ -78,11 +83,13 @@ def _check_kernel(kernel: str) -> str:
 def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Tensor],
                        message_weight: Optional[Tensor], steps: int, edge_chunk: Optional[int], implicit: bool,
                        compiling: bool) -> Optional[str]:
-    """Why the fused kernels of :mod:`gbpn.nn.fused` cannot run this call, or ``None`` if they can."""
+    """Why the fused kernels (:mod:`gbpn.nn.fused` on CPU, :mod:`gbpn.nn.fused_triton` on CUDA) cannot
+    run this call, or ``None`` if they can."""
     if compiling or torch._C._are_functorch_transforms_active():
         return "torch.compile / torch.func tracing needs the eager torch operations"
-    if log_self.device.type != "cpu" or log_self.dtype not in (torch.float32, torch.float64):
-        return f"no fused kernel for {log_self.dtype} on {log_self.device.type} (CPU float32/float64 only)"
+    device = log_self.device
+    if device.type not in ("cpu", "cuda") or log_self.dtype not in (torch.float32, torch.float64):
+        return f"no fused kernel for {log_self.dtype} on {device.type} (CPU and CUDA, float32/float64 only)"
     if implicit:
         return "backward='implicit' differentiates the fixed point on the eager path"
     if edge_chunk is not None:
@@ -91,9 +98,15 @@ def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Te
         return "nothing to propagate"
     if message_weight is not None and message_weight.requires_grad and torch.is_grad_enabled():
         return "gradients to message_weight"
+    if device.type == "cuda":
+        if torch.is_grad_enabled() and (log_self.requires_grad or log_H.requires_grad
+                                        or (edge_weight is not None and edge_weight.requires_grad)):
+            return "the CUDA kernels are inference-only: training on CUDA runs the eager path"
+        if edge_weight is not None:
+            return "edge weights (a per-edge H^w) run on the eager path on CUDA"
     if not spread_ok(log_H.detach(), None if edge_weight is None else edge_weight.detach(), log_self.dtype):
         return "log H (times the edge weights) spreads too wide for the linear-domain kernel"
-    return fused_unavailable(log_self.dtype)
+    return fused_unavailable(log_self.dtype) if device.type == "cpu" else triton_unavailable(log_self.dtype, device)
 
 
 def _outputs(log_belief: Tensor, residuals: List[Tensor], log_msg: Optional[Tensor], return_residuals: bool,
@@ -156,10 +169,11 @@ class BeliefPropagation(nn.Module):
             memory is one step's, whatever the number of steps; convergence counts are in
             :attr:`implicit_stats`. (default: ``"unroll"``)
         kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
-            forward and backward (:mod:`gbpn.nn.fused`), wherever it applies (CPU, float32/float64,
-            not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no ``backward="implicit"``
-            training, no gradient to ``message_weight``, coupling spread within the dtype) and the
-            eager path otherwise; ``"eager"`` always runs the eager path (the reference);
+            forward and backward (:mod:`gbpn.nn.fused`), on CPU, and at inference on CUDA with two
+            classes as two Triton kernels (:mod:`gbpn.nn.fused_triton`; slower than eager from 7
+            classes on so far; training and edge weights on CUDA run eager), wherever they apply (float32/float64, not under ``torch.compile`` or
+            ``torch.func``, no ``edge_chunk``, no ``backward="implicit"`` training, no gradient to
+            ``message_weight``, coupling spread within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path (the reference);
             ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
             kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. (default: ``"auto"``)
 
@@ -290,19 +304,28 @@ class BeliefPropagation(nn.Module):
             return log_belief if clamp is None else torch.where(known_col, clamp, log_belief)
 
         kernel = self.kernel if kernel is None else _check_kernel(kernel)
-        if kernel == "auto" and c <= _EAGER_MAX_CLASSES and src.numel() > _EAGER_MIN_EDGES:
-            kernel = "eager"  # measured faster there (benchmarks/bp_step.py, README "Fused BP kernels")
+        if kernel == "auto" and (c > _TRITON_MAX_CLASSES if log_self.is_cuda
+                                 else c <= _EAGER_MAX_CLASSES and src.numel() > _EAGER_MIN_EDGES):
+            kernel = "eager"  # measured faster there (benchmarks/bp_step.py, triton_blocks.py, README)
         if kernel != "eager":
             why = _fused_unsupported(log_self, log_H, edge_weight, message_weight, steps, edge_chunk, implicit,
                                      compiling)
             if why is None:
                 self.last_kernel = "fused"
-                layout = csr_layout(edge_index, rev_index, num_nodes)
-                csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
-                log_belief, residuals, log_msg = fused_bp(
-                    pin(log_normalize(log_self)), log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
-                    None if edge_weight is None else csr(edge_weight),
-                    None if message_weight is None else csr(message_weight), return_residuals, return_messages)
+                phi = pin(log_normalize(log_self))
+                if log_self.device.type == "cuda":
+                    layout = device_csr(edge_index, rev_index, num_nodes)
+                    csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
+                    log_belief, residuals, log_msg = triton_bp(
+                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
+                        None if message_weight is None else csr(message_weight), return_residuals, return_messages)
+                else:
+                    layout = csr_layout(edge_index, rev_index, num_nodes)
+                    csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
+                    log_belief, residuals, log_msg = fused_bp(
+                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
+                        None if edge_weight is None else csr(edge_weight),
+                        None if message_weight is None else csr(message_weight), return_residuals, return_messages)
                 if return_messages and layout.perm is not None:
                     log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, layout.perm, log_msg)
                 return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)

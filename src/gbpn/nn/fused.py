@@ -103,32 +103,45 @@ class CSRLayout:
         return np.unique(np.concatenate([[0], cuts, [n]])).astype(np.int64)
 
 
-_layouts: List[Tuple[weakref.ref, weakref.ref, int, int, CSRLayout]] = []
-
-
-def csr_layout(edge_index: Tensor, rev_index: Tensor, num_nodes: int) -> CSRLayout:
-    """The CSR layout of a graph, cached for the last few ``(edge_index, rev_index)`` tensor objects
-    (keyed by identity and in-place version, so a modified or new tensor is sorted again)."""
-    for ref_e, ref_r, ver_e, ver_r, layout in _layouts:
-        if ref_e() is edge_index and ref_r() is rev_index and ver_e == edge_index._version \
-                and ver_r == rev_index._version and layout.rowptr.shape[0] == num_nodes + 1:
-            return layout
+def sort_by_destination(edge_index: Tensor, rev_index: Tensor) -> Tuple[Optional[Tensor], Tensor, Tensor, Tensor]:
+    """``(perm, src, dst, rev)`` of the edges in CSR order by destination, on their device (int64):
+    ``perm`` maps CSR positions to original edges (``None``: already sorted), ``rev`` gives CSR positions."""
     src, dst = edge_index[0].long(), edge_index[1].long()
     perm = None if bool((dst[1:] >= dst[:-1]).all()) else torch.argsort(dst, stable=True)
-    rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-    rowptr[1:] = torch.bincount(dst, minlength=num_nodes).cumsum(0)
     rev = rev_index.long()
     if perm is not None:
         inv = torch.empty_like(perm)
-        inv[perm] = torch.arange(perm.numel())
-        src, rev = src[perm], inv[rev[perm]]
-    dst = dst if perm is None else dst[perm]
-    layout = CSRLayout(perm, rowptr.numpy(), src.contiguous().numpy(), dst.contiguous().numpy(),
-                       rev.contiguous().numpy())
+        inv[perm] = torch.arange(perm.numel(), device=perm.device)
+        src, dst, rev = src[perm], dst[perm], inv[rev[perm]]
+    return perm, src.contiguous(), dst.contiguous(), rev.contiguous()
+
+
+_layouts: List[Tuple[weakref.ref, weakref.ref, int, int, object, object]] = []
+
+
+def cached_layout(edge_index: Tensor, rev_index: Tensor, key: object, build):
+    """``build()`` for a graph, cached for the last few ``(edge_index, rev_index, key)`` (tensors by
+    identity and in-place version, so a modified or new tensor is sorted again)."""
+    for ref_e, ref_r, ver_e, ver_r, k, layout in _layouts:
+        if ref_e() is edge_index and ref_r() is rev_index and ver_e == edge_index._version \
+                and ver_r == rev_index._version and k == key:
+            return layout
+    layout = build()
     _layouts.insert(0, (weakref.ref(edge_index), weakref.ref(rev_index), edge_index._version, rev_index._version,
-                        layout))
-    del _layouts[4:]
+                        key, layout))
+    del _layouts[6:]
     return layout
+
+
+def csr_layout(edge_index: Tensor, rev_index: Tensor, num_nodes: int) -> CSRLayout:
+    """The CSR layout of a graph on CPU (cached, :func:`cached_layout`)."""
+    def build() -> CSRLayout:
+        perm, src, dst, rev = sort_by_destination(edge_index, rev_index)
+        rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
+        rowptr[1:] = torch.bincount(dst, minlength=num_nodes).cumsum(0)
+        return CSRLayout(perm, rowptr.numpy(), src.numpy(), dst.numpy(), rev.numpy())
+
+    return cached_layout(edge_index, rev_index, ("cpu", num_nodes), build)
 
 
 def _np(t: Tensor) -> np.ndarray:
