@@ -76,7 +76,8 @@ def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c):
 
 
 def test_fused_equals_eager_on_a_graph_beyond_the_cache():
-    """Messages past ``_PREFETCH_MIN`` numbers: the kernels prefetch the reverse messages."""
+    """Messages past ``_PREFETCH_MIN`` numbers: the kernels prefetch the reverse messages; the K + 1
+    saved message arrays pass ``_HUGE_MIN`` bytes: they live in a huge-page mapping."""
     from gbpn.nn._fused_kernels import _PREFETCH_MIN
 
     n, c = 3000, 12
@@ -85,7 +86,7 @@ def test_fused_equals_eager_on_a_graph_beyond_the_cache():
     keep = u != v
     ei = torch.unique(torch.stack([torch.minimum(u, v)[keep], torch.maximum(u, v)[keep]]), dim=1)
     ei = torch.cat([ei, ei.flip(0)], 1)
-    assert ei.size(1) * c >= _PREFETCH_MIN
+    assert ei.size(1) * c >= _PREFETCH_MIN and 4 * ei.size(1) * c * 8 >= fused._HUGE_MIN
     layer = BeliefPropagation(c, num_steps=3).double()
     with torch.no_grad():
         layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
@@ -95,6 +96,18 @@ def test_fused_equals_eager_on_a_graph_beyond_the_cache():
     eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
     for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
         _close(b, a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_buffers_are_zero_and_writable_below_and_above_the_huge_page_size(dtype):
+    small = fused.zeros(3, 4, dtype=dtype)
+    n = fused._HUGE_MIN // small.element_size() // 7 + 1
+    big = fused.zeros(7, n, dtype=dtype)
+    for t, shape in ((small, (3, 4)), (big, (7, n))):
+        assert t.shape == shape and t.dtype == dtype and not t.any()
+        t[-1, -1] = 2.5
+        t.numpy()[0, 0] = 1.5  # the kernels write through numpy views
+        assert float(t.sum()) == 4.0
 
 
 def test_fused_inference_equals_eager_and_stops_at_the_same_step():
