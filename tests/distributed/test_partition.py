@@ -102,6 +102,39 @@ def test_refinement_cuts_fewer_edges_and_keeps_the_work_balanced(parts):
     assert torch.equal(refine_parts(pairs, start, parts, iterations=0), start)
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_refinement_shared_by_ranks_equals_one_process(world):
+    """Each rank counts its share of the edges, the counts are summed: every rank gets the single
+    process's parts."""
+    n, parts = 3000, 3
+    pairs = planted_pairs(n, parts, 30000, 0.9, 5)
+    start = range_parts(pairs, n, parts)
+    alone = refine_parts(pairs, start, parts, iterations=6)
+    box, barrier, got, errors = {}, threading.Barrier(world), {}, []
+
+    def run(r):
+        def all_reduce(counts):
+            box[r] = counts.clone()
+            barrier.wait()
+            counts.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
+            barrier.wait()
+        try:
+            got[r] = refine_parts(pairs, start, parts, iterations=6, share=(r, world), all_reduce=all_reduce)
+        except Exception as err:  # surfaced below
+            errors.append(err)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert not torch.equal(alone, start)
+    for r in range(world):
+        assert torch.equal(got[r], alone)
+
+
 def test_edgeless_graph_has_parts():
     pairs = torch.empty((2, 0), dtype=torch.long)
     part = partition(pairs, 5, 2, "ranges")

@@ -46,10 +46,16 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
     assert report["partition"]["parts"] == 2 and 0 < report["partition"]["cut_fraction"] < 1
     assert all(b > 0 for b in report["bytes_sent_per_step"])
     assert main(["predict", "--checkpoint", str(run / "model.pt"), "--output", str(tmp_path / "one.csv")]) == 0
-    one, two = probabilities(tmp_path / "one.csv"), probabilities(tmp_path / "two.csv")
-    assert len(one) == len(two)
-    worst = max(abs(a - b) for ra, rb in zip(one, two) for a, b in zip(ra, rb))
-    assert worst < 1e-5  # partitioned equals single-process inference (the CSV keeps 6 decimals)
+    # the refined partition: both ranks count their halves of the edges and agree on the parts
+    proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--partitioner", "refined", "--output",
+                     str(tmp_path / "refined.csv")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = probabilities(tmp_path / "one.csv")
+    for name in ("two.csv", "refined.csv"):
+        two = probabilities(tmp_path / name)
+        assert len(one) == len(two)
+        worst = max(abs(a - b) for ra, rb in zip(one, two) for a, b in zip(ra, rb))
+        assert worst < 1e-5  # partitioned equals single-process inference (the CSV keeps 6 decimals)
 
 
 def test_interrupted_distributed_training_resumes(tmp_path):

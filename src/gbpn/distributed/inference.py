@@ -20,7 +20,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.distributed import all_gather_object, all_to_all_rows, broadcast_object, rank_and_world
-from gbpn.distributed.partition import Part, build_part, partition, partition_summary
+from gbpn.distributed.partition import Part, build_part, partition, partition_summary, resolve_partitioner
 from gbpn.nn.functional import clamp_log_potential, log_normalize
 from gbpn.nn.model import GBPN
 from gbpn.nn.pairs import Boundary, pair_bp
@@ -75,8 +75,11 @@ def partitioned_predict(
     pairs = graph_pairs(data)
     num_nodes, c = data.num_nodes, model.num_classes
     start = time.perf_counter()
-    part = partition(pairs, num_nodes, world, partitioner) if rank == 0 else None
-    part = broadcast_object(part)
+    method = broadcast_object(resolve_partitioner(partitioner, pairs.size(1)) if rank == 0 else None)
+    if method == "refined" and world > 1:  # every rank counts its share of the edges, the same moves follow
+        part = partition(pairs, num_nodes, world, method, share=(rank, world), all_reduce=dist.all_reduce)
+    else:
+        part = broadcast_object(partition(pairs, num_nodes, world, method) if rank == 0 else None)
     mine = build_part(pairs, part, rank, world)
     summary = partition_summary(all_gather_object(mine.stats()), pairs.size(1))
     summary["partition_seconds"] = time.perf_counter() - start

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -44,7 +44,8 @@ def range_parts(pairs: Tensor, num_nodes: int, num_parts: int) -> Tensor:
 
 
 def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 12, min_gain: float = 0.002,
-                 seed: int = 0) -> Tensor:
+                 seed: int = 0, share: Tuple[int, int] = (0, 1),
+                 all_reduce: Optional[Callable[[Tensor], None]] = None) -> Tensor:
     r"""Fewer cut edges, the same edge balance: balanced label propagation from ``part`` ``[N]``.
 
     Each iteration counts every node's neighbours in every part (two passes over the edges),
@@ -54,10 +55,16 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
     parts the candidates moving each way are taken best gain first, as far as both directions
     carry the same number of directed edges, so every part keeps its share of the BP work.
     Stops after ``iterations`` or when an iteration uncuts fewer than ``min_gain`` of the edges.
-    Memory: ``N x num_parts`` int32 counts plus a few ``[P]`` temporaries."""
+    Memory: ``N x num_parts`` int32 counts plus a few ``[P]`` temporaries.
+
+    Several processes can share the counting: with ``share=(rank, world)`` each counts over its
+    ``1/world`` of the edges and ``all_reduce`` sums the counts in place; every process then
+    makes the same seeded moves and returns the same parts."""
     num_nodes = part.numel()
-    u, v = pairs[0], pairs[1]
     deg = degree(pairs, num_nodes).to(torch.int32)
+    rank, world = share
+    lo, hi = pairs.size(1) * rank // world, pairs.size(1) * (rank + 1) // world
+    u, v = pairs[0, lo:hi], pairs[1, lo:hi]
     gen = torch.Generator().manual_seed(seed)
     part = part.to(torch.int64 if num_parts > 127 else torch.int8).clone()
     step = min(1 << 20, max(u.numel(), 1))  # edges per chunk: small reused temporaries
@@ -72,6 +79,8 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
                 torch.index_select(part, 0, b[start:start + n], out=theirs[:n])
                 torch.mul(a[start:start + n], num_parts, out=flat[:n])
                 counts.index_add_(0, flat[:n].add_(theirs[:n]), ones[:n])
+        if all_reduce is not None:
+            all_reduce(counts)
         counts = counts.view(num_nodes, num_parts)
         own = counts.gather(1, part.long().unsqueeze(1)).squeeze(1)
         best, target = counts.max(1)
@@ -107,24 +116,32 @@ def metis_parts(pairs: Tensor, num_nodes: int, num_parts: int) -> Tensor:
     return metis_clusters(CSRGraph.from_pairs(pairs, num_nodes), num_parts).to(torch.int32)
 
 
-def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto") -> Tensor:
-    """The part ``[N]`` (int32) of every node. ``auto``: METIS when ``pymetis`` is installed and the
-    graph has at most :data:`METIS_MAX_EDGES` directed edges, else ``refined``: :func:`range_parts`
-    improved by :func:`refine_parts`."""
+def resolve_partitioner(method: str, num_pairs: int) -> str:
+    """``method`` itself, or for ``auto``: METIS when ``pymetis`` is installed and the graph has at
+    most :data:`METIS_MAX_EDGES` directed edges, else ``refined``."""
     if method not in PARTITIONERS:
         raise GBPNError(f"unknown partitioner {method!r}: choose one of {', '.join(PARTITIONERS)}")
+    if method != "auto":
+        return method
+    try:
+        import pymetis  # noqa: F401
+        return "metis" if 2 * num_pairs <= METIS_MAX_EDGES else "refined"
+    except ImportError:
+        return "refined"
+
+
+def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto", share: Tuple[int, int] = (0, 1),
+              all_reduce: Optional[Callable[[Tensor], None]] = None) -> Tensor:
+    """The part ``[N]`` (int32) of every node (:func:`resolve_partitioner`; ``refined`` is
+    :func:`range_parts` improved by :func:`refine_parts`, which ``share`` and ``all_reduce`` spread
+    over processes)."""
+    method = resolve_partitioner(method, pairs.size(1))
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.int32)
-    if method == "auto":
-        try:
-            import pymetis  # noqa: F401
-            method = "metis" if 2 * pairs.size(1) <= METIS_MAX_EDGES else "refined"
-        except ImportError:
-            method = "refined"
     if method == "metis":
         return metis_parts(pairs, num_nodes, num_parts)
     part = range_parts(pairs, num_nodes, num_parts)
-    return refine_parts(pairs, part, num_parts) if method == "refined" else part
+    return refine_parts(pairs, part, num_parts, share=share, all_reduce=all_reduce) if method == "refined" else part
 
 
 @dataclass
