@@ -110,6 +110,20 @@ def test_buffers_are_zero_and_writable_below_and_above_the_huge_page_size(dtype)
         assert float(t.sum()) == 4.0
 
 
+def test_buffers_work_where_the_kernel_refuses_huge_pages(monkeypatch):
+    import mmap
+    import types
+
+    class Refusing(mmap.mmap):
+        def madvise(self, *args):
+            raise OSError(22, "Invalid argument")  # EINVAL: a kernel built without THP
+
+    monkeypatch.setattr(fused, "mmap", types.SimpleNamespace(
+        mmap=Refusing, MAP_PRIVATE=mmap.MAP_PRIVATE, MAP_ANONYMOUS=mmap.MAP_ANONYMOUS, MADV_HUGEPAGE=mmap.MADV_HUGEPAGE))
+    t = fused.zeros(2, fused._HUGE_MIN // 4, dtype=torch.float32)
+    assert not t.any() and t.shape == (2, fused._HUGE_MIN // 4)
+
+
 def test_fused_inference_equals_eager_and_stops_at_the_same_step():
     n, c = 60, 4
     ei = _random_graph(n, 0.08, seed=3)

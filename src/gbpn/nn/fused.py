@@ -158,7 +158,8 @@ def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
     if nbytes < _HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
         return torch.zeros(shape, dtype=dtype)
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared memory gets no THP
-    buf.madvise(mmap.MADV_HUGEPAGE)
+    with contextlib.suppress(OSError):  # a kernel without THP refuses the advice: plain pages then
+        buf.madvise(mmap.MADV_HUGEPAGE)
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
