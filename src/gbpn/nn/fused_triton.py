@@ -240,15 +240,18 @@ def triton_unavailable(dtype: torch.dtype, device: torch.device) -> Optional[str
 
 
 def _self_test(dtype: torch.dtype, device: torch.device) -> None:
-    """Run the kernels on a 3-node path with every option on and compare with a direct computation."""
+    """Run the kernels on a 3-node path with every option on, at 2 and 16 classes (both products
+    for float32), and check that the beliefs and residuals are finite."""
     ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]], device=device)
     layout = device_csr(ei, torch.tensor([1, 0, 3, 2], device=device), 3)
-    phi = torch.log_softmax(torch.arange(6, dtype=dtype, device=device).view(3, 2), -1)
-    log_H = torch.tensor([[0.5, -0.5], [-0.5, 0.5]], dtype=dtype, device=device)
     known = torch.tensor([True, False, False], device=device)
-    clamp = torch.tensor([[0.0, -1e4]] * 3, dtype=dtype, device=device)
-    phi = torch.where(known.view(-1, 1), clamp, phi)
-    out, res, _ = triton_bp(phi, log_H, layout, 2, 0.5, None, known, clamp, torch.full((4,), 2.0, dtype=dtype,
-                                                                                       device=device), True, True)
-    if not (torch.isfinite(out).all() and len(res) == 2 and math.isfinite(float(res[-1]))):
-        raise RuntimeError("Triton BP self-test gave non-finite beliefs")
+    for c in (2, 16):
+        phi = torch.log_softmax(torch.arange(3 * c, dtype=dtype, device=device).view(3, c), -1)
+        log_H = torch.eye(c, dtype=dtype, device=device) - 0.5
+        clamp = torch.full((3, c), -1e4, dtype=dtype, device=device)
+        clamp[:, 0] = 0.0
+        phi = torch.where(known.view(-1, 1), clamp, phi)
+        weight = torch.full((4,), 2.0, dtype=dtype, device=device)
+        out, res, _ = triton_bp(phi, log_H, layout, 2, 0.5, None, known, clamp, weight, True, True)
+        if not (torch.isfinite(out).all() and len(res) == 2 and math.isfinite(float(res[-1]))):
+            raise RuntimeError(f"Triton BP self-test gave non-finite beliefs at {c} classes")
