@@ -156,6 +156,8 @@ def main() -> None:
                     help="also time forward + backward of K = 5 steps (fused and eager) against a two-layer GCN")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.train and args.device != "cpu":
+        ap.error("--train times the fused CPU backward; on CUDA training runs the eager path (no Triton backward)")
     if args.child:
         op, c = args.child[0], int(args.child[1])
         frac = args.plain_edge_fraction if c >= 20 else 1.0
