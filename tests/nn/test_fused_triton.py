@@ -96,6 +96,18 @@ def test_layer_runs_the_triton_kernels_on_cuda(dtype):
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+def test_auto_runs_triton_on_cuda_only_where_it_measured_faster():
+    from gbpn.nn.bp import _TRITON_MAX_CLASSES
+
+    for c in (_TRITON_MAX_CLASSES, _TRITON_MAX_CLASSES + 5):
+        log_self, ei, rev, H, *_ = _inputs(torch.float32, c, False)
+        layer = BeliefPropagation(c, coupling_init=H, learn_coupling=False).cuda()
+        with torch.no_grad():
+            layer(log_self.cuda(), ei.cuda(), rev_index=rev.cuda())
+        assert layer.last_kernel == ("fused" if c <= _TRITON_MAX_CLASSES else "eager")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 def test_cuda_training_and_edge_weights_fall_back_with_a_reason():
     log_self, ei, rev, H, labels, known, _ = _inputs(torch.float32, 4, False)
     layer = BeliefPropagation(4, coupling_init=H).cuda()
