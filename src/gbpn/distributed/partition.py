@@ -191,11 +191,14 @@ def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int) -> Part:
         cut_other.append(o.to(index_dtype))
         cut_peer.append(part[o].to(torch.int32))
     peer, node, other = torch.cat(cut_peer), torch.cat(cut_node), torch.cat(cut_other)
-    order = torch.argsort(peer, stable=True)  # grouped by peer, the pairs' order kept within a peer
+    if not bool((peer[1:] >= peer[:-1]).all()):  # with two parts every cut edge has the same peer
+        order = torch.argsort(peer, stable=True)  # grouped by peer, the pairs' order kept within a peer
+        node, other = node[order], other[order]
     counts = torch.bincount(peer.long(), minlength=num_parts).tolist()
+    halo = torch.zeros(num_nodes, dtype=torch.bool)
+    halo[other.long()] = True  # a scatter instead of sorting every cut edge
     return Part(nodes=nodes, pairs=torch.cat(local, 1) if local else torch.empty((2, 0), dtype=index_dtype),
-                cut_node=node[order], cut_other=other[order], cut_peer_counts=counts,
-                halo=int(torch.unique(other).numel()))
+                cut_node=node, cut_other=other, cut_peer_counts=counts, halo=int(halo.sum()))
 
 
 def partition_summary(parts: List[Dict[str, int]], num_pairs: int) -> Dict[str, object]:
