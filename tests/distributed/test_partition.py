@@ -102,25 +102,15 @@ def test_refinement_cuts_fewer_edges_and_keeps_the_work_balanced(parts):
     assert torch.equal(refine_parts(pairs, start, parts, iterations=0), start)
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_refinement_shared_by_ranks_equals_one_process(world):
-    """Each rank counts its share of the edges, the counts are summed: every rank gets the single
-    process's parts."""
-    n, parts = 3000, 3
-    pairs = planted_pairs(n, parts, 30000, 0.9, 5)
-    start = range_parts(pairs, n, parts)
-    alone = refine_parts(pairs, start, parts, iterations=6)
-    box, barrier, got, errors = {}, threading.Barrier(world), {}, []
+def run_ranks(world, work, barrier):
+    """``work(r)`` on one thread per rank ``r``; a failing rank breaks ``barrier`` so the others
+    stop waiting, and its exception is raised here (a thread's exception would otherwise vanish)."""
+    errors = []
 
     def run(r):
-        def all_reduce(counts):
-            box[r] = counts.clone()
-            barrier.wait()
-            counts.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
-            barrier.wait()
         try:
-            got[r] = refine_parts(pairs, start, parts, iterations=6, share=(r, world), all_reduce=all_reduce)
-        except Exception as err:  # surfaced below
+            work(r)
+        except Exception as err:
             errors.append(err)
             barrier.abort()
 
@@ -130,6 +120,27 @@ def test_refinement_shared_by_ranks_equals_one_process(world):
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_refinement_shared_by_ranks_equals_one_process(world):
+    """Each rank counts its share of the edges, the counts are summed: every rank gets the single
+    process's parts."""
+    n, parts = 3000, 3
+    pairs = planted_pairs(n, parts, 30000, 0.9, 5)
+    start = range_parts(pairs, n, parts)
+    alone = refine_parts(pairs, start, parts, iterations=6)
+    box, barrier, got = {}, threading.Barrier(world), {}
+
+    def run(r):
+        def all_reduce(counts):
+            box[r] = counts.clone()
+            barrier.wait()
+            counts.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
+            barrier.wait()
+        got[r] = refine_parts(pairs, start, parts, iterations=6, share=(r, world), all_reduce=all_reduce)
+
+    run_ranks(world, run, barrier)
     assert not torch.equal(alone, start)
     for r in range(world):
         assert torch.equal(got[r], alone)
@@ -163,28 +174,18 @@ def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, 
     part = partition(pairs, n, world, method)
     out = torch.empty_like(log_self, dtype=dtype)
     ex = ThreadExchange(world)
-    errors = []
 
     def run(r):
-        try:
-            p = build_part(pairs, part, r, world)
-            ls = log_normalize(log_self[p.nodes].to(dtype))
-            known = mask[p.nodes].nonzero().view(-1)
-            clamp = clamp_log_potential(labels[p.nodes][known], ls.size(1), dtype)
-            ls[known] = clamp
-            b = Boundary(p.cut_node, p.cut_peer_counts, ex.for_rank(r), rounds=3)
-            out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=17,
-                                   message_dtype=message_dtype, boundary=b)
-        except Exception as err:  # surfaced below: a thread's exception would otherwise vanish
-            errors.append(err)
-            ex.barrier.abort()
+        p = build_part(pairs, part, r, world)
+        ls = log_normalize(log_self[p.nodes].to(dtype))
+        known = mask[p.nodes].nonzero().view(-1)
+        clamp = clamp_log_potential(labels[p.nodes][known], ls.size(1), dtype)
+        ls[known] = clamp
+        b = Boundary(p.cut_node, p.cut_peer_counts, ex.for_rank(r), rounds=3)
+        out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=17,
+                               message_dtype=message_dtype, boundary=b)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_ranks(world, run, ex.barrier)
     return out
 
 

@@ -20,7 +20,7 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
-from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, spread_ok
+from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, needs_grad, spread_ok
 from gbpn.nn.fused_triton import device_csr, triton_bp, triton_unavailable
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
@@ -99,8 +99,7 @@ def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Te
     if message_weight is not None and message_weight.requires_grad and torch.is_grad_enabled():
         return "gradients to message_weight"
     if device.type == "cuda":
-        if torch.is_grad_enabled() and (log_self.requires_grad or log_H.requires_grad
-                                        or (edge_weight is not None and edge_weight.requires_grad)):
+        if needs_grad(log_self, log_H, edge_weight):
             return "the CUDA kernels are inference-only: training on CUDA runs the eager path"
         if edge_weight is not None:
             return "edge weights (a per-edge H^w) run on the eager path on CUDA"
@@ -171,9 +170,11 @@ class BeliefPropagation(nn.Module):
         kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
             forward and backward (:mod:`gbpn.nn.fused`), on CPU, and at inference on CUDA with two
             classes as two Triton kernels (:mod:`gbpn.nn.fused_triton`; slower than eager from 7
-            classes on so far; training and edge weights on CUDA run eager), wherever they apply (float32/float64, not under ``torch.compile`` or
-            ``torch.func``, no ``edge_chunk``, no ``backward="implicit"`` training, no gradient to
-            ``message_weight``, coupling spread within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path (the reference);
+            classes on so far; training and edge weights on CUDA run eager), wherever they apply
+            (float32/float64, not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no
+            ``backward="implicit"`` training, no gradient to ``message_weight``, coupling spread
+            within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path
+            (the reference);
             ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
             kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. (default: ``"auto"``)
 
@@ -313,19 +314,21 @@ class BeliefPropagation(nn.Module):
             if why is None:
                 self.last_kernel = "fused"
                 phi = pin(log_normalize(log_self))
-                if log_self.device.type == "cuda":
-                    layout = device_csr(edge_index, rev_index, num_nodes)
-                    csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
+                cuda = log_self.device.type == "cuda"
+                layout = device_csr(edge_index, rev_index, num_nodes) if cuda else csr_layout(edge_index, rev_index,
+                                                                                                num_nodes)
+
+                def csr(w: Optional[Tensor]) -> Optional[Tensor]:  # edge-ordered -> CSR-ordered
+                    return w if w is None or layout.perm is None else w.index_select(0, layout.perm)
+
+                if cuda:
                     log_belief, residuals, log_msg = triton_bp(
-                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
-                        None if message_weight is None else csr(message_weight), return_residuals, return_messages)
+                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp, csr(message_weight),
+                        return_residuals, return_messages)
                 else:
-                    layout = csr_layout(edge_index, rev_index, num_nodes)
-                    csr = (lambda w: w) if layout.perm is None else (lambda w: w.index_select(0, layout.perm))
                     log_belief, residuals, log_msg = fused_bp(
-                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp,
-                        None if edge_weight is None else csr(edge_weight),
-                        None if message_weight is None else csr(message_weight), return_residuals, return_messages)
+                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp, csr(edge_weight),
+                        csr(message_weight), return_residuals, return_messages)
                 if return_messages and layout.perm is not None:
                     log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, layout.perm, log_msg)
                 return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)

@@ -27,7 +27,7 @@ import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from gbpn.nn.functional import aggregate
 # Above this spread of log H (times the largest |edge weight|) the linear-domain cavity could overflow.
 MAX_SPREAD = {torch.float32: 60.0, torch.float64: 600.0}
 
-_state: Dict[str, object] = {}
+_state: Dict[str, object] = {}  # self-test verdicts per key, the BLAS controller
 
 
 def _kernels():
@@ -47,18 +47,27 @@ def _kernels():
     return k
 
 
-def fused_unavailable(dtype: torch.dtype) -> Optional[str]:
-    """``None`` if the fused kernels run for ``dtype``, else why not (warned once per reason)."""
-    key = f"ok-{dtype}"
+def self_tested(key: str, self_test: Callable[[], None], what: str) -> Optional[str]:
+    """``None`` once ``self_test()`` has passed for ``key``, else why it failed (warned once per key)."""
     if key not in _state:
         try:
-            _self_test(dtype)
+            self_test()
             _state[key] = None
-        except Exception as exc:  # numba missing, or a compile / runtime failure: fall back, say so once
-            reason = f"fused BP kernels unavailable ({type(exc).__name__}: {exc}); using the eager path"
-            warnings.warn(reason, RuntimeWarning, stacklevel=3)
+        except Exception as exc:  # a missing package, or a compile / runtime failure: fall back, say so once
+            reason = f"{what} unavailable ({type(exc).__name__}: {exc}); using the eager path"
+            warnings.warn(reason, RuntimeWarning, stacklevel=4)
             _state[key] = reason
     return _state[key]
+
+
+def fused_unavailable(dtype: torch.dtype) -> Optional[str]:
+    """``None`` if the fused kernels run for ``dtype``, else why not (warned once per reason)."""
+    return self_tested(f"numba-{dtype}", lambda: _self_test(dtype), "fused BP kernels")
+
+
+def needs_grad(*tensors: Optional[Tensor]) -> bool:
+    """Whether autograd records a call on these tensors (``None`` entries ignored)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _self_test(dtype: torch.dtype) -> None:
@@ -154,7 +163,7 @@ _HUGE_MIN = 1 << 23
 def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
     """A zero tensor, from :data:`_HUGE_MIN` bytes on in an anonymous mapping advised to use huge
     pages (zero-filled by the kernel; freed when the tensor is)."""
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < _HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
         return torch.zeros(shape, dtype=dtype)
     buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared memory gets no THP
@@ -369,8 +378,7 @@ def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping:
     """
     dtype = phi.dtype
     g = _graph(log_H, layout, damping, known, clamp, edge_weight, message_weight, dtype)
-    train = torch.is_grad_enabled() and (phi.requires_grad or log_H.requires_grad
-                                         or (edge_weight is not None and edge_weight.requires_grad))
+    train = needs_grad(phi, log_H, edge_weight)
     if train:
         log_b, msg, res = _FusedBP.apply(phi, log_H, edge_weight, g, steps, tol, want_res, want_msg)
         return log_b, list(res.unbind()), (msg if want_msg else None)

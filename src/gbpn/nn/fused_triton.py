@@ -21,23 +21,19 @@ the tests check them on a machine without a GPU.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from gbpn.nn.fused import cached_layout, sort_by_destination
+from gbpn.nn.fused import cached_layout, self_tested, sort_by_destination
 
 try:  # triton ships with CUDA builds of torch; CPU builds lack it and keep the eager path
     import triton
     import triton.language as tl
 except ImportError:  # pragma: no cover - exercised where triton is absent
     triton = None
-
-_state: Dict[str, Optional[str]] = {}
-
 
 @dataclass
 class DeviceCSR:
@@ -224,19 +220,9 @@ def triton_bp(phi: Tensor, log_H: Tensor, layout: DeviceCSR, steps: int, damping
 
 def triton_unavailable(dtype: torch.dtype, device: torch.device) -> Optional[str]:
     """``None`` if the Triton kernels run for ``dtype`` on ``device``, else why not (warned once per reason)."""
-    key = f"{dtype}-{device}"
-    if key not in _state:
-        if triton is None:
-            _state[key] = "triton is not installed (it ships with CUDA builds of torch)"
-        else:
-            try:
-                _self_test(dtype, device)
-                _state[key] = None
-            except Exception as exc:  # a compile or launch failure: fall back to the eager path, say so once
-                reason = f"Triton BP kernels unavailable ({type(exc).__name__}: {exc}); using the eager path"
-                warnings.warn(reason, RuntimeWarning, stacklevel=3)
-                _state[key] = reason
-    return _state[key]
+    if triton is None:
+        return "triton is not installed (it ships with CUDA builds of torch)"
+    return self_tested(f"triton-{dtype}-{device}", lambda: _self_test(dtype, device), "Triton BP kernels")
 
 
 def _self_test(dtype: torch.dtype, device: torch.device) -> None:
