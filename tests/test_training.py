@@ -151,7 +151,7 @@ def test_auto_potential_picks_the_best_validation_candidate_and_ignores_test_lab
     cfg = TrainConfig(epochs=8, hidden=16, potential="auto")
     res = fit(data, cfg, seed=1)
     cands = res.metrics["auto_candidates"]
-    assert [c["potential"] for c in cands] == ["mlp", "sign", "sage", "gcn-mixed"]
+    assert [c["potential"] for c in cands] == ["mlp", "sign", "sage", "gcn-mixed", "linkx"]
     top = max(c["val_accuracy"] for c in cands)
     assert res.metrics["potential"] == next(c["potential"] for c in cands if c["val_accuracy"] == top)
     # scrambling the test labels changes no choice and no validation score

@@ -114,9 +114,16 @@ def train_with_selection(
     return metrics, best_out, history
 
 
-def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float) -> Dict:
-    """Constructor arguments of :class:`GBPN` for ``config`` (stored in checkpoints)."""
+def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float,
+               num_nodes: Optional[int] = None) -> Dict:
+    """Constructor arguments of :class:`GBPN` for ``config`` (stored in checkpoints).
+    ``num_nodes``: the graph's, needed by the ``linkx`` potential (a weight per node)."""
     implicit = config.backward == "implicit"
+    options = config.potential_options()
+    if config.potential == "linkx":
+        if num_nodes is None:
+            raise GBPNError("the linkx potential needs the graph's number of nodes")
+        options["num_nodes"] = num_nodes
     return {
         "in_channels": in_channels,
         "num_classes": num_classes,
@@ -130,7 +137,7 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         "learn_coupling": config.learn_coupling,
         "precision": config.precision,
         "potential": config.potential,
-        "potential_options": config.potential_options(),
+        "potential_options": options,
     }
 
 
@@ -356,7 +363,7 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
-    model = GBPN(**model_args(data.num_features, num_classes, config, dropout))
+    model = GBPN(**model_args(data.num_features, num_classes, config, dropout, data.num_nodes))
     if config.coupling_init == "empirical":
         with torch.no_grad():
             model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, masks[0], num_classes).log())

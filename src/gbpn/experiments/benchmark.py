@@ -35,7 +35,7 @@ from gbpn.training import TrialResult, fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
-POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "auto")
+POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "linkx", "auto")
 
 
 def gbpn_config(model: str, **kw) -> Optional[TrainConfig]:

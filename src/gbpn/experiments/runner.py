@@ -69,7 +69,8 @@ def _finished_trials(path: Path) -> list:
 def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split: Dict) -> Dict:
     """What a checkpoint of one trained model records besides its weights."""
     return {
-        "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"]),
+        "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"],
+                                 data.num_nodes),
         "variant": res.config.variant, "dataset": data.name, "source": source, "sample": sample, "seed": seed,
         "split": split,
         "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,

@@ -12,6 +12,9 @@ top are unchanged:
   Products-sized graphs like the MLP.
 * ``"gcn"``, ``"sage"``, ``"gat"`` (:class:`GNNEncoder`): PyG message-passing layers,
   trained full batch.
+* ``"linkx"`` (:class:`LINKXEncoder`): separate maps of a node's features and of its
+  adjacency row (which nodes it links to), trained full batch. It learns a weight per node,
+  so it serves the graph it was trained on only.
 
 Every encoder keeps a node's own ("ego") channel apart from its neighbours' by default
 (``separate=True``), which is what serves heterophilous graphs: mixing them, as GCN's
@@ -37,16 +40,18 @@ from torch_geometric.utils import to_torch_csr_tensor
 from gbpn.errors import GBPNError
 from gbpn.nn.model import MLP, dropout
 
-ENCODERS = ("mlp", "sign", "gcn", "sage", "gat")
+ENCODERS = ("mlp", "sign", "gcn", "sage", "gat", "linkx")
 # what `--potential auto` tries, per trial, picking on validation alone, from the simplest to
-# the most complex: the paper's MLP, SIGN and SAGE with separate ego channels, and a GNN that
-# mixes a node into its neighbourhood (GCN with self-loops). Other encoders (sign mixed, gat)
-# are opt-in: each candidate costs a full training run.
+# the most complex: the paper's MLP, SIGN and SAGE with separate ego channels, a GNN that
+# mixes a node into its neighbourhood (GCN with self-loops), and LINKX (which nodes a node links
+# to, apart from its features). Other encoders (sign mixed, gat) are opt-in: each candidate
+# costs a full training run.
 AUTO_CANDIDATES: Sequence[Dict] = (
     {"potential": "mlp"},
     {"potential": "sign", "separate": True},
     {"potential": "sage", "separate": True},
     {"potential": "gcn", "separate": False},
+    {"potential": "linkx"},
 )
 
 
@@ -146,7 +151,7 @@ class GraphInput:
         self.x, self.graph = x, graph
 
     def index_select(self, dim: int, index: Tensor):
-        raise GBPNError("GNN potential encoders (gcn, sage, gat) train full batch only: drop --batch-size, or "
+        raise GBPNError("graph potential encoders (gcn, sage, gat, linkx) train full batch only: drop --batch-size, or "
                         "use --potential sign (precomputed neighbourhood features) or mlp for mini-batch training")
 
     def size(self, dim: Optional[int] = None):
@@ -330,12 +335,74 @@ class GNNEncoder(nn.Module):
                 f"layer_norm={self.layer_norm}, separate={self.separate}, dropout={self.dropout})")
 
 
+class LINKXEncoder(nn.Module):
+    r"""LINKX-style encoder (Lim et al. 2021): a node's features and its adjacency row, mapped apart,
+
+    .. math::
+        h_A = A\,W_A, \qquad h_X = X W_X, \qquad
+        f(X, A) = \mathrm{MLP}\big(\sigma\big([h_A \Vert h_X]\,W + h_A + h_X\big)\big),
+
+    where row :math:`i` of :math:`A` marks the nodes that link to :math:`i`, so :math:`h_A` sums one
+    learned vector per neighbour: nodes with the same neighbours get the same neighbour channel,
+    whatever their features. No message passing beyond one sparse product per step.
+    :math:`W_A` has a row per node: the encoder is tied to a graph of ``num_nodes`` nodes.
+
+    Args:
+        in_channels (int): node feature size.
+        out_channels (int): number of classes.
+        num_nodes (int): nodes of the graph (rows of :math:`W_A`).
+        hidden_channels (int, optional): width. (default: ``256``)
+        num_hidden (int, optional): hidden layers in all, the two input maps counted as one.
+            (default: ``2``)
+        dropout (float, optional): dropout before every linear map. (default: ``0.0``)
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, num_nodes: int, hidden_channels: int = 256,
+                 num_hidden: int = 2, dropout: float = 0.0):
+        super().__init__()
+        if num_hidden < 1 or num_nodes < 1:
+            raise GBPNError("the linkx encoder needs num_hidden >= 1 and a graph with nodes")
+        self.in_channels, self.out_channels, self.num_nodes = in_channels, out_channels, num_nodes
+        self.hidden_channels, self.num_hidden, self.dropout = hidden_channels, num_hidden, dropout
+        self.lin_adj = nn.Linear(num_nodes, hidden_channels)
+        self.lin_x = nn.Linear(in_channels, hidden_channels)
+        self.lin_cat = nn.Linear(2 * hidden_channels, hidden_channels)
+        self.mlp = MLP(hidden_channels, hidden_channels, out_channels, num_hidden - 1, dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_adj, self.lin_x, self.lin_cat, self.mlp):
+            lin.reset_parameters()
+
+    def precompute(self, x: Tensor, edge_index: Tensor) -> GraphInput:
+        return GraphInput(x, _adjacency(edge_index, x.size(0), dtype=x.dtype))
+
+    def forward(self, inputs: Union[GraphInput, Tensor], edge_index: Optional[Tensor] = None) -> Tensor:
+        if not isinstance(inputs, GraphInput):
+            if edge_index is None:
+                raise GBPNError("the linkx encoder needs edge_index")
+            inputs = self.precompute(inputs, edge_index)
+        if inputs.x.size(0) != self.num_nodes:
+            raise GBPNError(f"the linkx potential learns a weight per node of the {self.num_nodes}-node graph it was "
+                            f"built for; this graph has {inputs.x.size(0)} nodes. Retrain it on this graph, or use "
+                            "an encoder that does not depend on node identities (mlp, sign, gcn, sage, gat)")
+        h_a = torch.sparse.mm(inputs.graph, self.lin_adj.weight.T) + self.lin_adj.bias
+        h_x = _linear(dropout(inputs.x, self.dropout, self.training), self.lin_x)
+        h = self.lin_cat(torch.cat([h_a, h_x], dim=-1)) + h_a + h_x
+        return self.mlp(F.relu(h))
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, num_nodes={self.num_nodes}, "
+                f"hidden={self.hidden_channels}, num_hidden={self.num_hidden}, dropout={self.dropout})")
+
+
 def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_channels: int = 256,
                   num_hidden: int = 2, dropout: float = 0.0, precision: str = "fp32",
                   **options) -> nn.Module:
     """The encoder named ``potential`` (one of :data:`ENCODERS`). ``options``: ``hops`` and
     ``separate`` for ``sign``; ``num_layers``, ``residual``, ``layer_norm``, ``separate`` and
-    ``heads`` for the GNNs. ``num_hidden`` is the MLP's and SIGN's depth."""
+    ``heads`` for the GNNs; ``num_nodes`` for ``linkx``. ``num_hidden`` is the MLP's, SIGN's and
+    LINKX's depth."""
     if potential == "mlp":
         if options:
             raise GBPNError(f"the mlp potential takes no options, got {sorted(options)}")
@@ -346,4 +413,7 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
         return SIGNEncoder(in_channels, num_classes, hidden_channels, num_hidden, dropout, **options)
     if potential in ("gcn", "sage", "gat"):
         return GNNEncoder(in_channels, num_classes, potential, hidden_channels, dropout=dropout, **options)
+    if potential == "linkx":
+        return LINKXEncoder(in_channels, num_classes, hidden_channels=hidden_channels, num_hidden=num_hidden,
+                            dropout=dropout, **options)
     raise GBPNError(f"unknown potential {potential!r}; choose one of {', '.join(ENCODERS)} or auto")
