@@ -96,9 +96,10 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
     """The self-potential's encoder (gbpn.nn.encoders) and the model-selection metric."""
     p.add_argument("--potential", default="mlp", choices=[*ENCODERS, "auto"],
                    help="encoder of the self-potential: mlp (the paper's, own features only), sign (precomputed "
-                        "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), linkx (a "
-                        "node's features and adjacency row mapped apart; full batch, tied to the training graph), or "
-                        "auto (train mlp, sign, sage, gcn --no-separate and linkx; keep the best on validation) "
+                        "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), dagnn (an MLP's "
+                        "outputs propagated 10 hops with learned retention; full batch), linkx (a node's features and "
+                        "adjacency row mapped apart; full batch, tied to the training graph), or auto (train mlp, "
+                        "sign, sage, gcn --no-separate, dagnn and linkx; keep the best on validation) "
                         "(default: mlp)")
     p.add_argument("--potential-hops", type=int, default=2, help="sign: propagation hops (default: 2)")
     p.add_argument("--potential-layers", type=int, default=2, help="gcn/sage/gat: message-passing layers (default: 2)")
@@ -200,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--models", nargs="+", default=None,
                    help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
-                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, linkx or auto")
+                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=POSITIVE, default=500, help="free grid: training steps (default: 500)")

@@ -124,7 +124,7 @@ class TrainConfig:
             raise GBPNError(f"unknown potential {self.potential!r}; choose one of {', '.join(ENCODERS)} or auto")
         if self.potential_hops < 1 or self.potential_layers < 1:
             raise GBPNError("--potential-hops and --potential-layers must be at least 1")
-        if self.potential in ("gcn", "sage", "gat", "linkx") and self.batch_size is not None:
+        if self.potential in ("gcn", "sage", "gat", "dagnn", "linkx") and self.batch_size is not None:
             raise GBPNError(f"the {self.potential} potential reads the whole graph at every step and trains full "
                             "batch only: drop --batch-size, or use --potential sign (precomputed neighbourhood "
                             "features) or mlp for mini-batch training")

@@ -10,7 +10,7 @@ import math
 import time
 from dataclasses import replace
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -294,12 +294,18 @@ def candidate_name(config: TrainConfig) -> str:
     return config.potential + ("-mixed" if mixed else "")
 
 
-def select_by_validation(results: List[TrialResult], metric: str) -> int:
-    """Index of the result with the best validation ``metric`` (ties: the earlier, i.e. simpler,
-    one; NaN never wins). Only validation scores are read: test labels never take part."""
-    vals = [r.metrics[f"val_{metric}"] for r in results]
-    vals = [v if v == v else -math.inf for v in vals]  # NaN (e.g. one class in validation) never wins
+def select_by_validation(val_scores: Sequence[float]) -> int:
+    """Index of the best validation score (ties: the earlier, i.e. simpler, candidate; NaN never
+    wins). Only validation scores are passed in: test labels never take part."""
+    vals = [v if v == v else -math.inf for v in val_scores]  # NaN (e.g. one class in validation) never wins
     return max(range(len(vals)), key=lambda i: (vals[i], -i))
+
+
+def candidate_record(name: str, metrics: Dict, metric: str) -> Dict:
+    """What an auto run records of one candidate: its name, validation and test scores (for the
+    report; the choice reads validation only)."""
+    keys = dict.fromkeys((f"val_{metric}", "val_accuracy", f"test_{metric}", "test_accuracy"))
+    return {"potential": name, **{k: metrics[k] for k in keys}}
 
 
 def fit(
@@ -345,10 +351,8 @@ def fit(
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
     results = [_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch)
                for cand in auto_candidates(config)]
-    best = results[select_by_validation(results, config.metric)]
-    # every candidate's scores are recorded for the report; the choice above read validation only
-    keys = dict.fromkeys((f"val_{config.metric}", "val_accuracy", f"test_{config.metric}", "test_accuracy"))
-    best.metrics["auto_candidates"] = [{"potential": candidate_name(r.config), **{k: r.metrics[k] for k in keys}}
+    best = results[select_by_validation([r.metrics[f"val_{config.metric}"] for r in results])]
+    best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
                                        for r in results]
     best.metrics["auto_seconds"] = sum(r.metrics["train_seconds"] for r in results)
     return best

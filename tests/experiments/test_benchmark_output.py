@@ -115,3 +115,55 @@ def test_results_csv_keeps_the_candidates_scores(tmp_path):
                        log=lambda m: None)
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert "mlp__test_accuracy" in header and "mlp__val_accuracy" in header
+
+
+def test_grid_auto_row_equals_an_auto_fit_of_the_same_trial(tmp_path):
+    from gbpn.config import TrainConfig
+    from gbpn.data.datasets import load_dataset
+    from gbpn.data.splits import trial_split
+    from gbpn.training import fit
+
+    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=3, progress=False,
+                       log=lambda m: None)
+    row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").read_text())
+    data = load_dataset("synth-ising+")
+    res = fit(data, TrainConfig(epochs=3, potential="auto"), seed=0, masks=trial_split(data, 0, 0)[0])
+    assert row["potential"] == res.metrics["potential"]
+    assert row["test_accuracy"] == res.metrics["test_accuracy"]
+    for cand in res.metrics["auto_candidates"]:
+        assert row[f"{cand['potential']}__val_accuracy"] == cand["val_accuracy"]
+        assert row[f"{cand['potential']}__test_accuracy"] == cand["test_accuracy"]
+    # the candidates are rows of their own, the MLP one under the plain variant's name
+    assert {p.name for p in (tmp_path / "rows").glob("*.json")} == {
+        f"synth-ising+__{m}__0.json" for m in ("gbpn", "gbpn:sign", "gbpn:sage", "gbpn:gcn-mixed", "gbpn:dagnn", "gbpn:linkx",
+                                               "gbpn:auto")}
+
+
+def test_auto_shares_candidate_runs_and_a_new_candidate_trains_only_itself(tmp_path, monkeypatch):
+    import gbpn.nn.encoders as encoders
+
+    ran = []
+    real = benchmark.run_one
+    monkeypatch.setattr(benchmark, "run_one", lambda m, *a, **k: ran.append(m) or real(m, *a, **k))
+    monkeypatch.setattr(encoders, "AUTO_CANDIDATES", ({"potential": "mlp"}, {"potential": "sign"}))
+    grid = dict(trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+    benchmark.run_grid(["gbpn", "gbpn:auto"], ["synth-ising+"], **grid)
+    assert sorted(ran) == ["gbpn", "gbpn:sign"]  # gbpn is trained once, for itself and as a candidate
+    monkeypatch.setattr(encoders, "AUTO_CANDIDATES", encoders.AUTO_CANDIDATES + ({"potential": "sage"},))
+    (tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").unlink()  # the auto row is recomposed
+    ran.clear()
+    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], **grid)
+    assert ran == ["gbpn:sage"]
+    row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").read_text())
+    assert {k.split("__")[0] for k in row if "__" in k} == {"mlp", "sign", "sage"}
+
+
+def test_compose_auto_picks_on_validation_only():
+    members = [("gbpn", "mlp"), ("gbpn:sign", "sign")]
+    rows = [{"val_accuracy": 0.8, "test_accuracy": 0.1, "seconds": 1.0},
+            {"val_accuracy": 0.7, "test_accuracy": 0.9, "seconds": 2.0}]
+    out = benchmark.compose_auto(members, rows, "accuracy")
+    assert out["potential"] == "mlp" and out["test_accuracy"] == 0.1 and out["seconds"] == 3.0
+    assert out["sign__test_accuracy"] == 0.9 and out["mlp__val_accuracy"] == 0.8
+    assert "seconds" not in benchmark.compose_auto(members, [rows[0], {"val_accuracy": 0.9, "test_accuracy": 0.2}],
+                                                   "accuracy")

@@ -136,3 +136,57 @@ def test_propagated_inputs_index_by_node():
 def test_sage_has_no_mixed_form():
     with pytest.raises(GBPNError, match="root weight"):
         GNNEncoder(4, 2, "sage", separate=False)
+
+
+def test_linkx_potential_reads_which_nodes_a_node_links_to():
+    torch.manual_seed(0)
+    model = GBPN(4, 2, hidden_channels=16, dropout=0.0, potential="linkx", potential_options={"num_nodes": 7}).eval()
+    x, ei = torch.randn(7, 4), undirected(TREE)
+    torch.testing.assert_close(model(model.precompute(x, ei), ei), model(x, ei))
+    y = x.clone()
+    y[0] += 5.0  # a neighbour's features do not enter node 1's potential: its neighbours' identities do
+    torch.testing.assert_close(model.self_potential(y, ei)[1], model.self_potential(x, ei)[1])
+    assert not torch.allclose(model.self_potential(y, ei)[0], model.self_potential(x, ei)[0])
+    rewired = undirected([(0, 1), (1, 2), (1, 3), (3, 4), (3, 5), (5, 6), (1, 6)])
+    assert not torch.allclose(model.self_potential(x, rewired)[1], model.self_potential(x, ei)[1])
+    # leaves 2 and 4 (and 0) with the same features hang off different nodes: only 0 and 2 share one
+    x[[0, 2, 4]] = x[0].clone()
+    phi = model.self_potential(x, ei)
+    torch.testing.assert_close(phi[0], phi[2])
+    assert not torch.allclose(phi[0], phi[4])
+
+
+def test_linkx_potential_is_exact_on_a_tree_and_passes_gradcheck():
+    torch.manual_seed(3)
+    model = GBPN(3, 2, hidden_channels=8, dropout=0.0, num_steps=4, potential="linkx",
+                 potential_options={"num_nodes": 7}).double().eval()
+    x, ei = torch.randn(7, 3, dtype=torch.float64, requires_grad=True), undirected(TREE)
+    exact = brute_force_marginals(7, TREE, model.self_potential(x, ei).detach(), model.log_H.detach().double())
+    torch.testing.assert_close(model(x, ei).exp(), exact, atol=1e-7, rtol=0)
+    assert torch.autograd.gradcheck(lambda v: model(v, ei), (x,), eps=1e-6, atol=1e-5)
+    w = model.encoder.lin_adj.weight
+    assert torch.autograd.gradcheck(lambda v: torch.func.functional_call(
+        model, {"encoder.lin_adj.weight": v}, (x.detach(), ei)), (w.detach().clone().requires_grad_(),),
+        eps=1e-6, atol=1e-5)
+
+
+def test_linkx_potential_refuses_another_graph_and_sampled_trees():
+    model = GBPN(4, 2, hidden_channels=8, potential="linkx", potential_options={"num_nodes": 7})
+    with pytest.raises(GBPNError, match="7-node graph"):
+        model(torch.randn(5, 4), undirected([(0, 1), (1, 2), (2, 3), (3, 4)]))
+    with pytest.raises(GBPNError, match="full batch"):
+        model.precompute(torch.randn(7, 4), undirected(TREE)).index_select(0, torch.tensor([0, 1]))
+
+
+def test_dagnn_potential_is_the_dagnn_baseline_below_bp():
+    from gbpn.baselines.dagnn import DAGNN
+
+    torch.manual_seed(4)
+    model = GBPN(4, 3, hidden_channels=8, dropout=0.0, potential="dagnn", potential_options={"K": 3}).eval()
+    base = DAGNN(4, 3, 8, num_hidden=1, K=3).eval()
+    base.load_state_dict(model.encoder.dagnn.state_dict())
+    x, ei = torch.randn(7, 4), undirected(LOOPY + [(5, 6)])
+    torch.testing.assert_close(model.self_potential(x, ei), base(x, ei))
+    torch.testing.assert_close(model(model.precompute(x, ei), ei), model(x, ei))
+    with pytest.raises(GBPNError, match="full batch"):
+        model.precompute(x, ei).index_select(0, torch.tensor([0]))

@@ -78,10 +78,11 @@ class DAGNN(nn.Module):
             self._cache = (key, adj)
         return adj
 
-    def hops(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        """The stacked representations :math:`\\mathcal H` ``[N, K+1, c]``."""
+    def hops(self, x: Tensor, edge_index: Optional[Tensor] = None, adj: Optional[Tensor] = None) -> Tensor:
+        """The stacked representations :math:`\\mathcal H` ``[N, K+1, c]`` (``adj``: :math:`\\hat A`
+        from :func:`normalized_adjacency`, else built from ``edge_index``)."""
         h = self.mlp(x)
-        adj = self.adjacency(edge_index, h.size(0))
+        adj = self.adjacency(edge_index, h.size(0)) if adj is None else adj
         out = [h]
         for _ in range(self.K):
             h = torch.sparse.mm(adj, h)
@@ -92,9 +93,13 @@ class DAGNN(nn.Module):
         """Retention scores :math:`S = \\sigma(\\mathcal H s)` ``[N, K+1]``, each in (0, 1)."""
         return torch.sigmoid(self.retain(hops)).squeeze(-1)
 
+    def combine(self, hops: Tensor) -> Tuple[Tensor, Tensor]:
+        """The unnormalised output :math:`\\sum_\\ell S_{:,\\ell} \\odot H_\\ell` ``[N, c]`` and the scores."""
+        s = self.scores(hops)
+        return (s.unsqueeze(-1) * hops).sum(1), s
+
     def forward(self, x: Tensor, edge_index: Tensor, return_scores: bool = False):
         """Log-probabilities ``[N, c]`` (and the retention scores ``[N, K+1]`` if asked)."""
-        hops = self.hops(x, edge_index)
-        s = self.scores(hops)
-        out = F.log_softmax((s.unsqueeze(-1) * hops).sum(1), dim=-1)
+        logits, s = self.combine(self.hops(x, edge_index))
+        out = F.log_softmax(logits, dim=-1)
         return (out, s) if return_scores else out

@@ -20,7 +20,7 @@ import io
 import os
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -31,11 +31,12 @@ from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, read_json, versions, write_json, write_predictions
-from gbpn.training import TrialResult, fit
+from gbpn.metrics import default_metric
+from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_by_validation
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
-POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "linkx", "auto")
+POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "dagnn", "linkx", "auto")
 
 
 def gbpn_config(model: str, **kw) -> Optional[TrainConfig]:
@@ -109,6 +110,31 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
         metrics = fit_large_baseline(model, data, masks, seed=seed, epochs=epochs, batch_size=batch_size or 1024)
         return (metrics, None) if keep else metrics
     raise GBPNError(f"unknown model {model!r}; choose from {', '.join(_model_names())}")
+
+
+def auto_members(model: str, batch_size: Optional[int] = None) -> Optional[List[Tuple[str, str]]]:
+    """For ``<variant>:auto``: ``(grid model, candidate name)`` of every candidate it chooses from
+    (the MLP candidate is the plain variant, ``gbpn``); None for any other model."""
+    config = gbpn_config(model, batch_size=batch_size)
+    if config is None or config.potential != "auto":
+        return None
+    names = [candidate_name(c) for c in auto_candidates(config)]
+    return [(config.variant if n == "mlp" else f"{config.variant}:{n}", n) for n in names]
+
+
+def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) -> Dict:
+    """The metrics of an auto run from its candidates' rows (same seed and split): the candidate
+    with the best validation ``metric`` (:func:`~gbpn.training.select_by_validation`), its name as
+    ``potential``, and every candidate's scores as ``<candidate>__<score>`` columns."""
+    pick = select_by_validation([r.get(f"val_{metric}", float("nan")) for r in rows])
+    skip = ("dataset", "model", "trial", "seed", "split", "seconds", "imported")
+    metrics = {k: v for k, v in rows[pick].items() if k not in skip}
+    metrics["potential"] = members[pick][1]
+    for (_, name), r in zip(members, rows):
+        metrics.update({f"{name}__{k}": v for k, v in candidate_record(name, r, metric).items() if k != "potential"})
+    if all("seconds" in r for r in rows):
+        metrics["seconds"] = sum(r["seconds"] for r in rows)
+    return metrics
 
 
 def _model_names() -> List[str]:
@@ -233,48 +259,81 @@ def run_grid(
     # a bring-your-own folder is named by its last path component in rows and tables
     source = {(Path(d).name if os.path.isdir(os.path.expanduser(d)) else d): d for d in datasets}
     datasets = list(source)
-    todo = [(d, m, t) for d in datasets for t in range(trials) for m in models
-            if not (out / "rows" / f"{d}__{m}__{t}.json").is_file()]
-    finished = len(datasets) * len(models) * trials - len(todo)
+    # an auto model is chosen from its candidates' own rows, run first: a grid resumes per candidate,
+    # shares them with the same models asked for on their own, and a new candidate trains only itself
+    members = {m: auto_members(m, batch_size) for m in models}
+    run_models = list(dict.fromkeys(g for m in models for g in [*(c for c, _ in members[m] or []), m]))
+    rows_dir = out / "rows"
+    todo = [(d, m, t) for d in datasets for t in range(trials) for m in run_models
+            if not (rows_dir / f"{d}__{m}__{t}.json").is_file()]
+    finished = len(datasets) * len(run_models) * trials - len(todo)
     if table_only:
         todo = []
     log(f"{len(todo)} runs to do, {finished} already finished in {out}")
     loaded: Dict = {}
     skipped = set()
-    bar = tqdm(todo, disable=None if progress else True, dynamic_ncols=True, desc="benchmark")
-    for d, m, t in bar:
-        # another worker on the same folder may have finished or claimed it meanwhile
-        name = out / "rows" / f"{d}__{m}__{t}"
-        if d in skipped or name.with_suffix(".json").is_file() or not _claim(name.with_suffix(".claim")):
-            continue
-        bar.set_postfix_str(f"{d} {m} trial {t}")
+
+    def dataset(d: str):
+        if d not in loaded and d not in skipped:
+            try:
+                loaded.clear()
+                loaded[d] = load_dataset(source[d], data_dir)
+            except DatasetNotFoundError as err:
+                log(f"skipping {d}: {err}")
+                skipped.add(d)
+        return loaded.get(d)
+
+    def cell(d: str, m: str, t: int) -> bool:
+        """Run (d, m, t) unless its row exists; False while another worker holds it."""
+        name = rows_dir / f"{d}__{m}__{t}"
+        if name.with_suffix(".json").is_file() or d in skipped:
+            return True
+        if not _claim(name.with_suffix(".claim")):
+            return False
         try:  # whatever happens once claimed (a skipped data set, an error), the claim is released
-            if d not in loaded:
-                try:
-                    loaded = {d: load_dataset(source[d], data_dir)}
-                except DatasetNotFoundError as err:
-                    log(f"skipping {d}: {err}")
-                    skipped.add(d)
-                    continue
-            data = loaded[d]
+            data = dataset(d)
+            if data is None:
+                return True
             s = seed + t
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
             start = time.perf_counter()
-            metrics = run_one(m, data, masks, s, epochs, batch_size, patience, metric, keep=save_predictions,
-                              dropout=dropout)
-            if save_predictions:
-                metrics, kept = metrics
-                _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))
+            if members.get(m):
+                cands = []
+                for g, _ in members[m]:
+                    while not cell(d, g, t):  # another worker is running it
+                        time.sleep(5)
+                    cands.append(read_json(rows_dir / f"{d}__{g}__{t}.json"))
+                resolved = default_metric(data.y, int(data.num_classes), masks[0]) if metric == "auto" else metric
+                metrics = compose_auto(members[m], cands, resolved)
+                if save_predictions:
+                    chosen = {n: g for g, n in members[m]}[metrics["potential"]]
+                    _copy_outputs(out, f"{d}__{chosen}__{t}", name.name)
+            else:
+                metrics = run_one(m, data, masks, s, epochs, batch_size, patience, metric, keep=save_predictions,
+                                  dropout=dropout)
+                if save_predictions:
+                    metrics, kept = metrics
+                    _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))
+                metrics["seconds"] = time.perf_counter() - start
             row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
-                   "seconds": time.perf_counter() - start,
                    # numbers, the chosen potential's name and lists (the learned H)
                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
         finally:
             name.with_suffix(".claim").unlink(missing_ok=True)
-    rows = [read_json(p) for p in sorted((out / "rows").glob("*.json"))] if (out / "rows").is_dir() else []
-    rows = [r for r in rows if r["dataset"] in datasets and r["model"] in models and r["trial"] < trials]
+        return True
+
+    bar = tqdm(todo, disable=None if progress else True, dynamic_ncols=True, desc="benchmark")
+    for d, m, t in bar:
+        bar.set_postfix_str(f"{d} {m} trial {t}")
+        cell(d, m, t)  # another worker may have finished or claimed it meanwhile
+    rows = [read_json(p) for p in sorted(rows_dir.glob("*.json"))] if rows_dir.is_dir() else []
+    rows = [r for r in rows if r["dataset"] in datasets and r["model"] in run_models and r["trial"] < trials]
+    # training time: every run once (an auto row's time is its candidates')
+    runs = [r for r in rows if not members.get(r["model"])]
+    total, untimed = sum(r.get("seconds", 0.0) for r in runs), sum("seconds" not in r for r in runs)
+    rows = [r for r in rows if r["model"] in models]
     if rows:
         keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
                 "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "potential", "seconds"]
@@ -290,10 +349,10 @@ def run_grid(
         atomic_write(out / "potentials.md", lambda fh: fh.write(
             "Test score (%), mean ± std; GBPN per encoder = the candidates inside the gbpn:auto runs "
             "(same seed and split); best per row in bold.\n\n" + potential_table(rows, datasets)))
-    total = sum(r["seconds"] for r in rows)
     atomic_write(out / "table.md", lambda fh: fh.write(
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
-        f"{total / 60:.1f} min of training in all.\n\n" + table))
+        f"{total / 60:.1f} min of training in all" + (f" ({untimed} imported rows without a time)" if untimed else "")
+        + ".\n\n" + table))
     return table
 
 
@@ -304,6 +363,15 @@ def _save_outputs(out: Path, stem: str, data, kept, seed: int, split: Dict, sour
     elif kept is not None:
         write_predictions(out / "predictions" / f"{stem}.csv", kept.numpy(), list(data.class_names),
                           np.zeros(data.num_nodes, dtype=bool))
+
+
+def _copy_outputs(out: Path, source_stem: str, stem: str) -> None:
+    """Copy a candidate run's saved predictions and checkpoint to the auto run that chose it."""
+    for folder, ext in (("predictions", ".csv"), ("checkpoints", ".pt")):
+        src = out / folder / f"{source_stem}{ext}"
+        if src.is_file():
+            data = src.read_bytes()
+            atomic_write(out / folder / f"{stem}{ext}", lambda fh: fh.write(data), mode="wb")
 
 
 def _claim(path: Path) -> bool:
