@@ -5,7 +5,7 @@ A step is what ``gbpn train`` does per epoch: the encoder's forward, K = 5 BP st
 training labels clamped, the degree-tempered loss, backward and AdamW. Each (graph, encoder) cell
 runs in its own process (peak RSS is its own), one thread each unless ``--threads`` says otherwise.
 ``precompute s`` is the one-off :meth:`GBPN.precompute` (propagated features for ``sign``; the
-CSR adjacency for the GNNs), ``ratio`` the median step over the MLP potential's median step.
+CSR adjacency for the GNNs, DAGNN and LINKX), ``ratio`` the median step over the MLP potential's median step.
 
     python benchmarks/potential_step.py --data-dir ../shared/datasets [--graphs cora arxiv] [--steps 20] [--bp-steps 5]
 
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-ENCODERS = ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed", "gat"]
+ENCODERS = ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed", "gat", "dagnn", "linkx"]
 
 
 def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | None, bp_steps: int) -> dict:
@@ -45,7 +45,7 @@ def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | N
         dropout = 0.6 if graph in ("cora", "citeseer") else 0.1
     cfg = gbpn_config(f"gbpn:{encoder}")
     torch.manual_seed(0)
-    model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout))
+    model = GBPN(**model_args(data.num_features, int(data.num_classes), cfg, dropout, data.num_nodes))
     t0 = time.perf_counter()
     x = model.precompute(prepare_features(data.x), data.edge_index)
     precompute = time.perf_counter() - t0

@@ -101,7 +101,7 @@ def test_inference_compiles_without_graph_breaks_once_indices_are_precomputed():
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize("potential,options", [("mlp", {}), ("sign", {"hops": 2}), ("gcn", {}), ("sage", {}),
-                                               ("gat", {})])
+                                               ("gat", {}), ("dagnn", {}), ("linkx", {"num_nodes": 30})])
 def test_gbpn_takes_the_same_adjacency_forms_with_every_encoder(potential, options):
     from gbpn import GBPN
 

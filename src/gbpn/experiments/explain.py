@@ -83,9 +83,11 @@ def format_explanation(ex: Dict, top: int = 10) -> str:
     names = ex["class_names"]
     fmt = lambda p: ", ".join(f"{n}: {v:.3f}" for n, v in zip(names, p))  # noqa: E731
     # the self-potential is the encoder's output: own features for the paper's MLP, the
-    # node's neighbourhood features too for the graph encoders
-    own = ("own features" if ex.get("potential", "mlp") == "mlp"
-           else f"{ex['potential']} encoder on the neighbourhood's features")
+    # node's neighbourhood features too for the graph encoders, its neighbours' identities for LINKX
+    potential = ex.get("potential", "mlp")
+    own = {"mlp": "own features",
+           "linkx": "linkx encoder on own features and which nodes it links to"}.get(
+        potential, f"{potential} encoder on the neighbourhood's features")
     lines = [
         f"node {ex['node']}: predicted {ex['prediction']} (runner-up {ex['runner_up']})"
         + ("  [label known: clamped evidence]" if ex["known"] else ""),
