@@ -20,6 +20,7 @@ from gbpn.nn.functional import (
     paired_order,
     reverse_edge_index,
 )
+from gbpn.nn.binary import binary_bp, binary_unavailable, pair_layout
 from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, needs_grad, spread_ok
 from gbpn.nn.fused_triton import device_csr, triton_bp, triton_unavailable
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
@@ -65,8 +66,9 @@ def log_messages(
     return new
 
 
-# kernel="auto" keeps the eager path on CPU for two classes on graphs this large: its linear-domain step
-# measured 1.25x faster at inference and 1.13x in training on the arXiv-sized graph at c = 2
+# kernel="auto" keeps the eager path on CPU for training with two classes on graphs this large: its
+# linear-domain step measured 1.13x faster in training on the arXiv-sized graph at c = 2 (inference
+# at c = 2 runs the binary log-odds kernel, gbpn.nn.binary)
 _EAGER_MAX_CLASSES, _EAGER_MIN_EDGES = 2, 1_000_000
 # On CUDA kernel="auto" runs the Triton step only up to this many classes: on an H200, arXiv-sized
 # graph (benchmarks/triton_blocks.py) it took 0.61x the eager step at c = 2 but 1.6x at c = 7 and
@@ -305,12 +307,22 @@ class BeliefPropagation(nn.Module):
             return log_belief if clamp is None else torch.where(known_col, clamp, log_belief)
 
         kernel = self.kernel if kernel is None else _check_kernel(kernel)
+        # two classes on CPU at inference: the log-odds kernel, one number per message
+        binary = (c == 2 and log_self.device.type == "cpu" and edge_weight is None
+                  and not needs_grad(log_self, log_H))
         if kernel == "auto" and (c > _TRITON_MAX_CLASSES if log_self.is_cuda
-                                 else c <= _EAGER_MAX_CLASSES and src.numel() > _EAGER_MIN_EDGES):
+                                 else not binary and c <= _EAGER_MAX_CLASSES and src.numel() > _EAGER_MIN_EDGES):
             kernel = "eager"  # measured faster there (benchmarks/bp_step.py, triton_blocks.py, README)
         if kernel != "eager":
             why = _fused_unsupported(log_self, log_H, edge_weight, message_weight, steps, edge_chunk, implicit,
                                      compiling)
+            pairs = pair_layout(edge_index, rev_index, num_nodes) if why is None and binary else None
+            if pairs is not None and binary_unavailable() is None:
+                self.last_kernel = "fused"
+                log_belief, residuals, log_msg = binary_bp(
+                    pin(log_normalize(log_self)), log_H, pairs, steps, self.damping, self.tol, known_mask, clamp,
+                    message_weight, return_residuals, return_messages)
+                return _outputs(pin(log_belief), residuals, log_msg, return_residuals, return_messages)
             if why is None:
                 self.last_kernel = "fused"
                 phi = pin(log_normalize(log_self))

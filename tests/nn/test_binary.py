@@ -1,0 +1,90 @@
+"""The binary log-odds BP kernel (gbpn.nn.binary): two classes, inference, against the eager path."""
+import pytest
+import torch
+from conftest import FUSED_SKIP, undirected
+
+import gbpn.nn.bp as bp_module
+from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.functional import reverse_edge_index
+
+pytestmark = pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP))
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def _random_graph(n, p, seed):
+    g = torch.Generator().manual_seed(seed)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
+    ei = undirected(pairs)
+    return ei[:, torch.randperm(ei.size(1), generator=g)]  # neither paired nor sorted
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+    real = bp_module.binary_bp
+    monkeypatch.setattr(bp_module, "binary_bp", lambda *a, **k: seen.append(1) or real(*a, **k))
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("damping", [0.0, 0.3])
+@pytest.mark.parametrize("clamped, weighted", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_binary_kernel_equals_eager(dtype, damping, clamped, weighted, threads, calls):
+    n = 40
+    ei = _random_graph(n, 0.12, seed=1)
+    rev = reverse_edge_index(ei, n)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, 2, generator=g, dtype=dtype) * 2
+    layer = BeliefPropagation(2, num_steps=6, damping=damping).to(dtype)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.tensor([[1.5, -0.8], [-0.8, 0.4]]))
+    kw = {}
+    if clamped:
+        kw.update(known_labels=torch.randint(0, 2, (n,), generator=g), known_mask=torch.rand(n, generator=g) < 0.3)
+    if weighted:
+        kw["message_weight"] = torch.rand(ei.size(1), generator=g, dtype=dtype) + 0.5
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            outs = {k: layer(x, ei, rev_index=rev, kernel=k, return_residuals=True, return_messages=True, **kw)
+                    for k in ("eager", "fused")}
+    finally:
+        torch.set_num_threads(old)
+    assert len(calls) == 1
+    tol = TOL[dtype]
+    for got, want in zip(outs["fused"], outs["eager"]):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max())))
+    if clamped:  # a clamped label stays clamped
+        known = kw["known_mask"]
+        assert torch.equal(outs["fused"][0][known].argmax(-1), kw["known_labels"][known])
+        assert bool((outs["fused"][0][known].exp().amax(-1) == 1).all())
+
+
+def test_binary_kernel_stops_at_tol_like_eager(calls):
+    n = 30
+    ei = _random_graph(n, 0.15, seed=3)
+    x = torch.randn(n, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    layer = BeliefPropagation(2, num_steps=50, tol=1e-6).double()
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.tensor([[0.6, -0.3], [-0.3, 0.5]]))
+        eager = layer(x, ei, kernel="eager", return_residuals=True)
+        fused = layer(x, ei, kernel="fused", return_residuals=True)
+    assert calls and 1 < fused[1].numel() < 50 and fused[1].numel() == eager[1].numel()
+    torch.testing.assert_close(fused[0], eager[0], rtol=1e-10, atol=1e-10)
+
+
+def test_binary_kernel_is_inference_only_without_edge_weights(calls):
+    n = 20
+    ei = _random_graph(n, 0.2, seed=5)
+    layer = BeliefPropagation(2, num_steps=3)
+    x = torch.randn(n, 2, requires_grad=True)
+    layer(x, ei, kernel="fused").sum().backward()  # training: the general fused kernel
+    assert not calls and x.grad is not None
+    with torch.no_grad():
+        layer(x, ei, torch.rand(ei.size(1)), kernel="fused")  # edge weights: the general kernel
+        assert not calls
+        layer(x, ei)  # auto at inference
+        assert len(calls) == 1
