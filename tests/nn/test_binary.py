@@ -76,15 +76,77 @@ def test_binary_kernel_stops_at_tol_like_eager(calls):
     torch.testing.assert_close(fused[0], eager[0], rtol=1e-10, atol=1e-10)
 
 
-def test_binary_kernel_is_inference_only_without_edge_weights(calls):
+def test_binary_kernel_runs_without_edge_weights_and_returns_messages_at_inference_only(calls):
     n = 20
     ei = _random_graph(n, 0.2, seed=5)
     layer = BeliefPropagation(2, num_steps=3)
     x = torch.randn(n, 2, requires_grad=True)
-    layer(x, ei, kernel="fused").sum().backward()  # training: the general fused kernel
+    layer(x, ei, kernel="fused", return_messages=True)[0].sum().backward()  # messages in training: general kernel
     assert not calls and x.grad is not None
     with torch.no_grad():
         layer(x, ei, torch.rand(ei.size(1)), kernel="fused")  # edge weights: the general kernel
         assert not calls
         layer(x, ei)  # auto at inference
         assert len(calls) == 1
+    layer(x, ei).sum().backward()  # auto in training
+    assert len(calls) == 2
+
+
+def _grads(layer, x, ei, rev, kernel, kw, seed=0):
+    x = x.detach().clone().requires_grad_()
+    layer.zero_grad()
+    log_b, res = layer(x, ei, rev_index=rev, kernel=kernel, return_residuals=True, **kw)
+    g = torch.Generator().manual_seed(seed)
+    (log_b * torch.randn(log_b.shape, generator=g, dtype=log_b.dtype)).sum().backward()
+    return log_b.detach(), res, x.grad, layer.coupling.weight.grad.clone()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("damping", [0.0, 0.4])
+@pytest.mark.parametrize("clamped, weighted", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_binary_training_equals_eager(dtype, damping, clamped, weighted, threads, calls):
+    n = 36
+    ei = _random_graph(n, 0.15, seed=6)
+    rev = reverse_edge_index(ei, n)
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(n, 2, generator=g, dtype=dtype)
+    layer = BeliefPropagation(2, num_steps=5, damping=damping).to(dtype)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.tensor([[0.9, -0.6], [-0.6, 0.3]]))
+    kw = {}
+    if clamped:
+        kw.update(known_labels=torch.randint(0, 2, (n,), generator=g), known_mask=torch.rand(n, generator=g) < 0.3)
+    if weighted:
+        kw["message_weight"] = torch.rand(ei.size(1), generator=g, dtype=dtype) + 0.5
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        eager = _grads(layer, x, ei, rev, "eager", kw)
+        fused = _grads(layer, x, ei, rev, "fused", kw)
+    finally:
+        torch.set_num_threads(old)
+    assert len(calls) == 1
+    tol = TOL[dtype]
+    for got, want in zip(fused, eager):
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max())))
+
+
+def test_binary_gradcheck_and_double_backward(calls):
+    n = 8
+    ei = undirected([(0, 1), (1, 2), (2, 0), (2, 3), (3, 4), (4, 5), (5, 3), (5, 6), (6, 7)])
+    layer = BeliefPropagation(2, num_steps=4, damping=0.2).double()
+    known = torch.zeros(n, dtype=torch.bool)
+    known[1] = True
+    labels = torch.ones(n, dtype=torch.long)
+    x = torch.randn(n, 2, dtype=torch.float64, requires_grad=True)
+    w = torch.tensor([[0.7, -0.4], [-0.2, 0.5]], dtype=torch.float64, requires_grad=True)
+
+    def run(v, weight):
+        out = torch.func.functional_call(layer, {"coupling.weight": weight}, (v, ei),
+                                         {"known_labels": labels, "known_mask": known, "kernel": "fused"})
+        return out
+
+    assert torch.autograd.gradcheck(run, (x, w), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradgradcheck(run, (x, w), eps=1e-6, atol=1e-6)
+    assert calls

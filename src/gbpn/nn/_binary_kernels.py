@@ -36,9 +36,15 @@ def _damped(new, old, d):
     return math.log(p / q)
 
 
+@njit(inline="always", fastmath=_FM)
+def _sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
 @njit(nogil=True, cache=True, fastmath=_FM)
-def messages(u, blocks, v, B, M, acc, mw, coef, damping):
-    """New messages of pairs ``blocks[0]:blocks[1]`` in place in ``M`` ``[2h]``, scattered into ``acc[0]``
+def messages(u, blocks, v, B, M, M_new, acc, mw, coef, damping):
+    """New messages of pairs ``blocks[0]:blocks[1]`` from ``M`` into ``M_new`` ``[2h]`` (may be ``M``
+    itself: each pair reads its own two messages before writing them), scattered into ``acc[0]``
     weighted by ``mw`` ``[2h]`` (empty: all ones). ``coef = (H00, H10, H01, H11)``."""
     h = u.shape[0]
     a0, a1, b0, b1 = coef[0], coef[1], coef[2], coef[3]
@@ -56,8 +62,8 @@ def messages(u, blocks, v, B, M, acc, mw, coef, damping):
         if d > 0.0:
             n_ab = _damped(n_ab, m_ab, d)
             n_ba = _damped(n_ba, m_ba, d)
-        M[k] = n_ab
-        M[h + k] = n_ba
+        M_new[k] = n_ab
+        M_new[h + k] = n_ba
         acc[0, b] += w_ab * n_ab
         acc[0, a] += w_ba * n_ba
 
@@ -77,3 +83,68 @@ def beliefs(phi, blocks, acc, B, known, clamp, res):
         if res.shape[0] > 0:
             res[i] = 2.0 * abs(1.0 / (1.0 + math.exp(-s)) - 1.0 / (1.0 + math.exp(-B[i])))
         B[i] = s
+
+
+@njit(inline="always", fastmath=_FM)
+def _message_vjp(x, g, m_old, d, coef, la, lb, gH):
+    """For one message ``n = damp(f(x), m_old)`` and the gradient ``g`` of ``n``: adds the coupling's
+    gradient to ``gH`` ``[4]`` (w.r.t. log H00, log H10, log H01, log H11) and returns the gradients of
+    the cavity ``x`` and of ``m_old`` (through the damping)."""
+    carry = 0.0
+    if d > 0.0:
+        n = _message(x, coef[0], coef[1], coef[2], coef[3])
+        p = (1.0 - d) * _sigmoid(n) + d * _sigmoid(m_old)
+        q = (1.0 - d) * _sigmoid(-n) + d * _sigmoid(-m_old)
+        scale = g / (p * q)
+        carry = scale * d * _sigmoid(m_old) * _sigmoid(-m_old)
+        g = scale * (1.0 - d) * _sigmoid(n) * _sigmoid(-n)
+    sa = _sigmoid(x + la)
+    sb = _sigmoid(x + lb)
+    gH[0] += g * sa
+    gH[1] += g * (1.0 - sa)
+    gH[2] -= g * sb
+    gH[3] -= g * (1.0 - sb)
+    return g * (sa - sb), carry
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def backward_pairs(u, blocks, v, B, M, G, gm, acc, gH, mw, coef, damping):
+    """The backward of one step for pairs ``blocks[0]:blocks[1]``: ``B`` and ``M`` are the step's
+    input beliefs and messages, ``gm`` ``[N]`` the gradient of its output beliefs (0 at known nodes),
+    ``G`` ``[2h]`` on entry the gradient of its output messages from later steps, on return the
+    gradient of its input messages from this step (in place); the gradient of its input beliefs
+    goes to ``acc[0]``, the coupling's to ``gH[0]``."""
+    h = u.shape[0]
+    d = damping[0]
+    la = math.log(coef[0] / coef[1])
+    lb = math.log(coef[2] / coef[3])
+    weighted = mw.shape[0] > 0
+    g4 = gH[0]
+    for k in range(blocks[0], blocks[1]):
+        a = u[k]
+        b = v[k]
+        w_ab = mw[k] if weighted else 1.0
+        w_ba = mw[h + k] if weighted else 1.0
+        m_ab = M[k]
+        m_ba = M[h + k]
+        gx_ab, carry_ab = _message_vjp(B[a] - w_ba * m_ba, w_ab * gm[b] + G[k], m_ab, d, coef, la, lb, g4)
+        gx_ba, carry_ba = _message_vjp(B[b] - w_ab * m_ab, w_ba * gm[a] + G[h + k], m_ba, d, coef, la, lb, g4)
+        acc[0, a] += gx_ab
+        acc[0, b] += gx_ba
+        G[k] = carry_ab - w_ab * gx_ba
+        G[h + k] = carry_ba - w_ba * gx_ab
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def backward_nodes(gphi, blocks, acc, gm, known):
+    """Nodes ``blocks[0]:blocks[1]``: the gradient of a step's input beliefs, summed over the threads'
+    rows (zeroed), 0 at known nodes (their beliefs are the clamp), into ``gm`` and added to ``gphi``."""
+    for i in range(blocks[0], blocks[1]):
+        s = 0.0
+        for t in range(acc.shape[0]):
+            s += acc[t, i]
+            acc[t, i] = 0.0
+        if known.shape[0] > 0 and known[i]:
+            s = 0.0
+        gm[i] = s
+        gphi[i] += s

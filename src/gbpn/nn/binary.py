@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gbpn.nn.fused import _np, _parallel, _threads, cached_layout, self_tested
+from gbpn.nn.fused import _np, _parallel, _threads, cached_layout, eager_vjp, needs_grad, self_tested, zeros
 from gbpn.nn.functional import paired_order
 
 
@@ -72,12 +72,16 @@ def binary_unavailable() -> Optional[str]:
     def test() -> None:
         ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
         layout = pair_layout(ei, torch.tensor([1, 0, 3, 2]), 3)
-        phi = torch.log_softmax(torch.arange(6, dtype=torch.float64).view(3, 2), -1)
-        log_H = torch.tensor([[0.5, -0.5], [-0.5, 0.5]], dtype=torch.float64)
-        out, _, _ = binary_bp(phi, log_H, layout, 2, 0.5, None, torch.tensor([True, False, False]),
-                              torch.zeros(3, 2, dtype=torch.float64), torch.ones(4, dtype=torch.float64), True, True)
-        if not torch.isfinite(out).all():
-            raise RuntimeError("binary BP self-test gave non-finite beliefs")
+        phi = torch.log_softmax(torch.arange(6, dtype=torch.float64).view(3, 2), -1).requires_grad_()
+        log_H = torch.tensor([[0.5, -0.5], [-0.5, 0.5]], dtype=torch.float64, requires_grad=True)
+        args = (layout, 2, 0.5, None, torch.tensor([True, False, False]), torch.zeros(3, 2, dtype=torch.float64),
+                torch.ones(4, dtype=torch.float64), True)
+        with torch.no_grad():
+            out, _, _ = binary_bp(phi, log_H, *args, True)
+        with torch.enable_grad():
+            binary_bp(phi, log_H, *args, False)[0].sum().backward()
+        if not (torch.isfinite(out).all() and torch.isfinite(phi.grad).all() and torch.isfinite(log_H.grad).all()):
+            raise RuntimeError("binary BP self-test gave non-finite values")
 
     return self_tested("numba-binary", test, "binary BP kernels")
 
@@ -87,47 +91,144 @@ def _log_pair(odds: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.stack([-F.softplus(-odds), -F.softplus(odds)], dim=-1).to(dtype)
 
 
-@torch.no_grad()
+@dataclass
+class _Run:
+    """A call's arrays for the kernels (numpy, float64 except the messages)."""
+
+    layout: PairLayout
+    pair_blocks: np.ndarray
+    node_blocks: np.ndarray
+    phi: np.ndarray
+    coef: np.ndarray
+    known: np.ndarray
+    clamp: np.ndarray
+    mw: np.ndarray
+    damping: np.ndarray
+    threads: int
+    clamp_rows: Optional[Tensor]  # the [N, 2] clamp itself, for the eager double backward
+
+
+def _prepare(phi: Tensor, log_H: Tensor, layout: PairLayout, damping: float, known: Optional[Tensor],
+             clamp: Optional[Tensor], message_weight: Optional[Tensor]) -> _Run:
+    n, h = phi.size(0), layout.u.shape[0]
+    threads = max(1, min(_threads(), h))
+    f64 = torch.float64
+    L = log_H.detach().to(f64)
+    H = (L - L.max()).exp()
+    mw = message_weight if message_weight is None or layout.perm is None else message_weight.index_select(0, layout.perm)
+    return _Run(layout, np.linspace(0, h, threads + 1).round().astype(np.int64),
+                np.linspace(0, n, max(1, min(threads, n)) + 1).round().astype(np.int64),
+                _np((phi[:, 0] - phi[:, 1]).detach().to(f64)), np.array([H[0, 0], H[1, 0], H[0, 1], H[1, 1]]),
+                np.empty(0, np.bool_) if known is None else _np(known.view(-1)),
+                np.empty(0) if clamp is None else _np((clamp[:, 0] - clamp[:, 1]).to(f64)),
+                np.empty(0) if mw is None else _np(mw.detach().to(f64)), np.array([damping], dtype=np.float64), threads,
+                clamp)
+
+
+def _forward(r: _Run, steps: int, tol: Optional[float], want_res: bool, M: np.ndarray, B: np.ndarray):
+    """The steps. ``M`` ``[S, 2h]`` and ``B`` ``[S, N]`` hold messages (row 0 zero: uniform) and beliefs
+    (row 0 ``phi``): with ``S = steps + 1`` every step's, with ``S = 1`` updated in place. Returns the
+    residuals and the row of the last step."""
+    k = _kernels()
+    n = B.shape[1]
+    acc = np.zeros((r.threads, n))
+    res = np.empty(n if (want_res or tol is not None) else 0)
+    residuals: List[float] = []
+    last = 0
+    for step in range(steps):
+        cur, nxt = (step, step + 1) if M.shape[0] > 1 else (0, 0)
+        _parallel(k.messages, r.pair_blocks, (r.layout.u, r.layout.v, B[cur], M[cur], M[nxt], acc, r.mw, r.coef,
+                                              r.damping), per_block=(5,))
+        if nxt != cur:
+            B[nxt] = B[cur]  # the residual reads the previous beliefs
+        _parallel(k.beliefs, r.node_blocks, (r.phi, acc, B[nxt], r.known, r.clamp, res))
+        last = nxt
+        if res.shape[0]:
+            residuals.append(float(res.max()) if n else 0.0)
+            if tol is not None and residuals[-1] < tol:
+                break
+    return residuals, last
+
+
+class _BinaryBP(torch.autograd.Function):
+    """Binary BP keeping every step's messages and beliefs, with the hand-written backward of
+    :func:`~gbpn.nn._binary_kernels.backward_pairs` (one pass over the pairs per step)."""
+
+    @staticmethod
+    def forward(ctx, phi: Tensor, log_H: Tensor, r: _Run, steps: int, tol: Optional[float], want_res: bool):
+        n, h = phi.size(0), r.layout.u.shape[0]
+        M = zeros(steps + 1, 2 * h, dtype=phi.dtype)
+        B = zeros(steps + 1, n, dtype=torch.float64)
+        B[0] = torch.from_numpy(r.phi)
+        residuals, last = _forward(r, steps, tol, want_res, M.numpy(), B.numpy())
+        ctx.r = r
+        ctx.save_for_backward(M[: last + 1], B[: last + 1], phi, log_H)
+        res = torch.tensor(residuals, dtype=phi.dtype)
+        ctx.mark_non_differentiable(res)
+        ctx.set_materialize_grads(False)
+        return _log_pair(B[last], phi.dtype), res
+
+    @staticmethod
+    def backward(ctx, g_b: Optional[Tensor], _g_res):
+        M, B, phi, log_H = ctx.saved_tensors
+        r: _Run = ctx.r
+        steps = M.size(0) - 1
+        if g_b is None:
+            return None, None, None, None, None, None
+        if torch.is_grad_enabled():  # create_graph: the same steps again on the eager path, to any order
+            lay = r.layout
+            h = lay.u.shape[0]
+            u, v = torch.from_numpy(lay.u).long(), torch.from_numpy(lay.v).long()
+            got = eager_vjp(torch.cat([u, v]), torch.cat([v, u]), None,
+                            torch.from_numpy(r.mw).to(phi.dtype) if r.mw.shape[0] else None,
+                            torch.from_numpy(r.known) if r.known.shape[0] else None, r.clamp_rows, float(r.damping[0]),
+                            steps, (phi, log_H, None), ctx.needs_input_grad[:2] + (False,), g_b, None)
+            return got[0], got[1], None, None, None, None
+        k = _kernels()
+        odds = B[steps]
+        gm = (g_b[:, 0].double() * torch.sigmoid(-odds) - g_b[:, 1].double() * torch.sigmoid(odds)).numpy()
+        if r.known.shape[0]:
+            gm[r.known] = 0.0
+        gphi = gm.copy()
+        G = zeros(M.size(1), dtype=torch.float64).numpy()
+        acc = np.zeros((r.threads, phi.size(0)))
+        gH = np.zeros((r.threads, 4))
+        Mn, Bn = M.numpy(), B.numpy()
+        for t in range(steps - 1, -1, -1):
+            _parallel(k.backward_pairs, r.pair_blocks, (r.layout.u, r.layout.v, Bn[t], Mn[t], G, gm, acc, gH, r.mw,
+                                                        r.coef, r.damping), per_block=(6, 7))
+            _parallel(k.backward_nodes, r.node_blocks, (gphi, acc, gm, r.known))
+        g = torch.from_numpy(gphi)
+        g_phi = torch.stack([g, -g], -1).to(phi.dtype)
+        s = gH.sum(0)
+        g_H = torch.tensor([[s[0], s[2]], [s[1], s[3]]], dtype=log_H.dtype)
+        return (g_phi if ctx.needs_input_grad[0] else None, g_H if ctx.needs_input_grad[1] else None,
+                None, None, None, None)
+
+
 def binary_bp(phi: Tensor, log_H: Tensor, layout: PairLayout, steps: int, damping: float, tol: Optional[float],
               known: Optional[Tensor], clamp: Optional[Tensor], message_weight: Optional[Tensor], want_res: bool,
               want_msg: bool) -> Tuple[Tensor, List[Tensor], Optional[Tensor]]:
     r"""``steps`` BP steps for two classes from the pinned, normalised log self-potentials ``phi``
-    ``[N, 2]`` (messages start uniform). ``message_weight`` is in the original edge order. Returns the
-    log-beliefs ``[N, 2]`` (known rows as computed from ``clamp``: the caller pins them), the per-step
-    residuals (when ``want_res`` or ``tol``; the run stops once one is below ``tol``) and, with
-    ``want_msg``, the log-messages ``[E, 2]`` in the original edge order."""
-    k = _kernels()
-    dtype = phi.dtype
-    n = phi.size(0)
+    ``[N, 2]`` (messages start uniform); gradients flow to ``phi`` and ``log_H`` (message weights are
+    constants; the messages are returned only without a gradient). ``message_weight`` is in the
+    original edge order. Returns the log-beliefs ``[N, 2]`` (known rows as computed from ``clamp``:
+    the caller pins them), the per-step residuals (when ``want_res`` or ``tol``; the run stops once
+    one is below ``tol``) and, with ``want_msg``, the log-messages ``[E, 2]`` in the original edge order."""
+    r = _prepare(phi, log_H, layout, damping, known, clamp, message_weight)
+    if needs_grad(phi, log_H):
+        if want_msg:
+            raise ValueError("binary_bp returns messages at inference only")
+        log_b, res = _BinaryBP.apply(phi, log_H, r, steps, tol, want_res)
+        return log_b, list(res.unbind()), None
     h = layout.u.shape[0]
-    threads = max(1, min(_threads(), h))
-    pair_blocks = np.linspace(0, h, threads + 1).round().astype(np.int64)
-    node_blocks = np.linspace(0, n, max(1, min(threads, n)) + 1).round().astype(np.int64)
-    f64 = torch.float64
-    phi_odds = _np((phi[:, 0] - phi[:, 1]).to(f64))
-    L = log_H.detach().to(f64)
-    H = (L - L.max()).exp()
-    coef = np.array([H[0, 0], H[1, 0], H[0, 1], H[1, 1]], dtype=np.float64)
-    clamp_odds = np.empty(0) if clamp is None else _np((clamp[:, 0] - clamp[:, 1]).to(f64))
-    known_np = np.empty(0, np.bool_) if known is None else _np(known.view(-1))
-    mw = np.empty(0) if message_weight is None else _np(
-        (message_weight if layout.perm is None else message_weight.index_select(0, layout.perm)).to(f64))
-    M = np.zeros(2 * h, dtype=np.dtype(str(dtype).replace("torch.", "")))
-    B = phi_odds.copy()
-    acc = np.zeros((threads, n))
-    res = np.empty(n if (want_res or tol is not None) else 0)
-    residuals: List[Tensor] = []
-    damp = np.array([damping], dtype=np.float64)
-    for _ in range(steps):
-        _parallel(k.messages, pair_blocks, (layout.u, layout.v, B, M, acc, mw, coef, damp), per_block=(4,))
-        _parallel(k.beliefs, node_blocks, (phi_odds, acc, B, known_np, clamp_odds, res))
-        if res.shape[0]:
-            residuals.append(torch.tensor(float(res.max()) if n else 0.0, dtype=dtype))
-            if tol is not None and float(residuals[-1]) < tol:
-                break
+    M = np.zeros((1, 2 * h), dtype=np.dtype(str(phi.dtype).replace("torch.", "")))
+    B = r.phi.copy()[None]
+    residuals, _ = _forward(r, steps, tol, want_res, M, B)
     log_msg = None
     if want_msg:
-        log_msg = _log_pair(torch.from_numpy(M), dtype)
+        log_msg = _log_pair(torch.from_numpy(M[0]), phi.dtype)
         if layout.perm is not None:
             log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, layout.perm, log_msg)
-    return _log_pair(torch.from_numpy(B), dtype), residuals, log_msg
+    return (_log_pair(torch.from_numpy(B[0]), phi.dtype), [torch.tensor(x, dtype=phi.dtype) for x in residuals],
+            log_msg)

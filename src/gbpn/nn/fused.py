@@ -340,28 +340,37 @@ class _FusedBP(torch.autograd.Function):
 
 def _eager_backward(ctx, g: _Graph, steps: int, phi: Tensor, log_H: Tensor, ew: Optional[Tensor],
                     g_b: Optional[Tensor], g_msg: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    """The backward for ``create_graph=True``: the same steps recorded by autograd on the eager
-    functions (:func:`~gbpn.nn.bp.log_messages`, :func:`~gbpn.nn.functional.aggregate`), so that
-    Hessian-vector products and higher derivatives are exact."""
+    """The backward for ``create_graph=True``: :func:`eager_vjp` of the same steps."""
+    lay = g.layout
+    got = eager_vjp(torch.from_numpy(lay.src), torch.from_numpy(lay.dst), torch.from_numpy(lay.rev),
+                    torch.from_numpy(g.mw) if g.mw.shape[0] else None,
+                    torch.from_numpy(g.known) if g.known.shape[0] else None, torch.from_numpy(g.clamp),
+                    float(g.damping[0]), steps, (phi, log_H, ew), ctx.needs_input_grad[:3], g_b, g_msg)
+    return got + (None,) * 5
+
+
+def eager_vjp(src: Tensor, dst: Tensor, rev: Optional[Tensor], mw: Optional[Tensor], known: Optional[Tensor],
+              clamp: Tensor, damping: float, steps: int, inputs: Tuple[Optional[Tensor], ...], needs: Tuple[bool, ...],
+              g_b: Optional[Tensor], g_msg: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    """The gradients of ``inputs = (phi, log_H, edge_weight)`` (where ``needs``) for the output
+    gradients ``g_b``, ``g_msg``, by the same steps recorded by autograd on the eager functions
+    (:func:`~gbpn.nn.bp.log_messages`, :func:`~gbpn.nn.functional.aggregate`; ``rev=None``: the
+    paired layout), with ``create_graph=True``: Hessian-vector products and higher derivatives of a
+    fused forward stay exact."""
     from gbpn.nn.bp import log_messages  # bp imports this module
 
-    lay = g.layout
-    src, rev = torch.from_numpy(lay.src), torch.from_numpy(lay.rev)
-    dst = torch.from_numpy(lay.dst)
-    mw = torch.from_numpy(g.mw) if g.mw.shape[0] else None
-    known = torch.from_numpy(g.known).view(-1, 1) if g.known.shape[0] else None
-    clamp = torch.from_numpy(g.clamp)
-    inputs = [phi, log_H, ew]
-    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad[:3]) if need]
+    phi, log_H, ew = inputs
+    known = None if known is None else known.view(-1, 1)
+    wanted = [x for x, need in zip(inputs, needs) if need]
     log_b, log_msg = phi, phi.new_full((src.numel(), phi.size(1)), -math.log(phi.size(1)))
     for _ in range(steps):
-        log_msg = log_messages(log_b, log_msg, src, rev, log_H, float(g.damping[0]), ew, mw)
+        log_msg = log_messages(log_b, log_msg, src, rev, log_H, damping, ew, mw)
         log_b = aggregate(phi, log_msg, dst, mw)
         if known is not None:
             log_b = torch.where(known, clamp, log_b)
     outs, grads = zip(*[(o, go) for o, go in ((log_b, g_b), (log_msg, g_msg)) if go is not None and go.numel()])
     got = iter(torch.autograd.grad(outs, wanted, grads, create_graph=True, allow_unused=True))
-    return tuple(next(got) if need else None for need in ctx.needs_input_grad[:3]) + (None,) * 5
+    return tuple(next(got) if need else None for need in needs)
 
 
 def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping: float, tol: Optional[float],
