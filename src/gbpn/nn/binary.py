@@ -177,7 +177,6 @@ class _BinaryBP(torch.autograd.Function):
             return None, None, None, None, None, None
         if torch.is_grad_enabled():  # create_graph: the same steps again on the eager path, to any order
             lay = r.layout
-            h = lay.u.shape[0]
             u, v = torch.from_numpy(lay.u).long(), torch.from_numpy(lay.v).long()
             got = eager_vjp(torch.cat([u, v]), torch.cat([v, u]), None,
                             torch.from_numpy(r.mw).to(phi.dtype) if r.mw.shape[0] else None,
