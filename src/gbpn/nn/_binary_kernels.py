@@ -42,12 +42,14 @@ def _sigmoid(x):
 
 
 @njit(nogil=True, cache=True, fastmath=_FM)
-def messages(u, blocks, v, B, M, M_new, acc, mw, coef, damping):
+def messages(u, blocks, v, Bc, M, M_new, acc, mw, coef, damping):
     """New messages of pairs ``blocks[0]:blocks[1]`` from ``M`` into ``M_new`` ``[2h]`` (may be ``M``
     itself: each pair reads its own two messages before writing them), scattered into ``acc[0]``
-    weighted by ``mw`` ``[2h]`` (empty: all ones). ``coef = (H00, H10, H01, H11)``."""
+    weighted by ``mw`` ``[2h]`` (empty: all ones). ``Bc`` (the beliefs), ``coef = (H00, H10, H01, H11)``
+    and ``mw`` are in the messages' dtype, so that float32 messages are computed in float32."""
     h = u.shape[0]
     a0, a1, b0, b1 = coef[0], coef[1], coef[2], coef[3]
+    one = a0 / a0
     d = damping[0]
     weighted = mw.shape[0] > 0
     for k in range(blocks[0], blocks[1]):
@@ -55,10 +57,10 @@ def messages(u, blocks, v, B, M, M_new, acc, mw, coef, damping):
         b = v[k]
         m_ab = M[k]
         m_ba = M[h + k]
-        w_ab = mw[k] if weighted else 1.0
-        w_ba = mw[h + k] if weighted else 1.0
-        n_ab = _message(B[a] - w_ba * m_ba, a0, a1, b0, b1)
-        n_ba = _message(B[b] - w_ab * m_ab, a0, a1, b0, b1)
+        w_ab = mw[k] if weighted else one
+        w_ba = mw[h + k] if weighted else one
+        n_ab = _message(Bc[a] - w_ba * m_ba, a0, a1, b0, b1)
+        n_ba = _message(Bc[b] - w_ab * m_ab, a0, a1, b0, b1)
         if d > 0.0:
             n_ab = _damped(n_ab, m_ab, d)
             n_ba = _damped(n_ba, m_ba, d)
@@ -69,10 +71,11 @@ def messages(u, blocks, v, B, M, M_new, acc, mw, coef, damping):
 
 
 @njit(nogil=True, cache=True, fastmath=_FM)
-def beliefs(phi, blocks, acc, B, known, clamp, res):
+def beliefs(phi, blocks, acc, B, Bc, known, clamp, res):
     """Beliefs of nodes ``blocks[0]:blocks[1]``: ``phi`` plus every thread's accumulated messages
-    (the rows are zeroed for the next step), ``clamp`` where ``known`` (empty: none), and with a
-    non-empty ``res`` each node's L1 change of its two probabilities."""
+    (the rows are zeroed for the next step), ``clamp`` where ``known`` (empty: none), into ``B``
+    (float64) and ``Bc`` (the messages' dtype); with a non-empty ``res`` each node's L1 change of its
+    two probabilities."""
     for i in range(blocks[0], blocks[1]):
         s = phi[i]
         for t in range(acc.shape[0]):
@@ -83,6 +86,7 @@ def beliefs(phi, blocks, acc, B, known, clamp, res):
         if res.shape[0] > 0:
             res[i] = 2.0 * abs(1.0 / (1.0 + math.exp(-s)) - 1.0 / (1.0 + math.exp(-B[i])))
         B[i] = s
+        Bc[i] = s
 
 
 @njit(inline="always", fastmath=_FM)

@@ -132,16 +132,18 @@ def _forward(r: _Run, steps: int, tol: Optional[float], want_res: bool, M: np.nd
     k = _kernels()
     n = B.shape[1]
     acc = np.zeros((r.threads, n))
+    Bc = B[0].astype(M.dtype)  # the beliefs the cavities read, in the messages' dtype
+    coef, mw = r.coef.astype(M.dtype), r.mw.astype(M.dtype)
     res = np.empty(n if (want_res or tol is not None) else 0)
     residuals: List[float] = []
     last = 0
     for step in range(steps):
         cur, nxt = (step, step + 1) if M.shape[0] > 1 else (0, 0)
-        _parallel(k.messages, r.pair_blocks, (r.layout.u, r.layout.v, B[cur], M[cur], M[nxt], acc, r.mw, r.coef,
-                                              r.damping), per_block=(5,))
+        _parallel(k.messages, r.pair_blocks, (r.layout.u, r.layout.v, Bc, M[cur], M[nxt], acc, mw, coef, r.damping),
+                  per_block=(5,))
         if nxt != cur:
             B[nxt] = B[cur]  # the residual reads the previous beliefs
-        _parallel(k.beliefs, r.node_blocks, (r.phi, acc, B[nxt], r.known, r.clamp, res))
+        _parallel(k.beliefs, r.node_blocks, (r.phi, acc, B[nxt], Bc, r.known, r.clamp, res))
         last = nxt
         if res.shape[0]:
             residuals.append(float(res.max()) if n else 0.0)
