@@ -171,7 +171,8 @@ class BeliefPropagation(nn.Module):
             memory is one step's, whatever the number of steps; convergence counts are in
             :attr:`implicit_stats`. (default: ``"unroll"``)
         kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
-            forward and backward (:mod:`gbpn.nn.fused`), on CPU, and at inference on CUDA with two
+            forward and backward (:mod:`gbpn.nn.fused`), on CPU (with two classes and no edge
+            weights: in log-odds, one number per message, :mod:`gbpn.nn.binary`), and at inference on CUDA with two
             classes as two Triton kernels (:mod:`gbpn.nn.fused_triton`; slower than eager from 7
             classes on so far; training and edge weights on CUDA run eager), wherever they apply
             (float32/float64, not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no
