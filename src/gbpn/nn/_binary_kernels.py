@@ -95,7 +95,7 @@ def beliefs(phi, blocks, acc, B, Bc, known, clamp, res):
 
 
 @njit(inline="always", fastmath=_FM)
-def _message_vjp(x, g, m_old, d, coef, la, lb, gH):
+def _message_vjp(x, g, m_old, d, coef, gH):
     """For one message ``n = damp(f(x), m_old)`` and the gradient ``g`` of ``n``: adds the coupling's
     gradient to ``gH`` ``[4]`` (w.r.t. log H00, log H10, log H01, log H11) and returns the gradients of
     the cavity ``x`` and of ``m_old`` (through the damping)."""
@@ -107,8 +107,15 @@ def _message_vjp(x, g, m_old, d, coef, la, lb, gH):
         scale = g / (p * q)
         carry = scale * d * _sigmoid(m_old) * _sigmoid(-m_old)
         g = scale * (1.0 - d) * _sigmoid(n) * _sigmoid(-n)
-    sa = _sigmoid(x + la)
-    sb = _sigmoid(x + lb)
+    # sa = sigmoid(x + log(H00/H10)), sb = sigmoid(x + log(H01/H11)) from one exponential
+    if x > 0.0:
+        t = math.exp(-x)
+        sa = coef[0] / (coef[0] + coef[1] * t)
+        sb = coef[2] / (coef[2] + coef[3] * t)
+    else:
+        t = math.exp(x)
+        sa = coef[0] * t / (coef[0] * t + coef[1])
+        sb = coef[2] * t / (coef[2] * t + coef[3])
     gH[0] += g * sa
     gH[1] += g * (1.0 - sa)
     gH[2] -= g * sb
@@ -125,8 +132,6 @@ def backward_pairs(u, blocks, v, B, M, G, gm, acc, gH, mw, coef, damping):
     goes to ``acc[0]``, the coupling's to ``gH[0]``."""
     h = u.shape[0]
     d = damping[0]
-    la = math.log(coef[0] / coef[1])
-    lb = math.log(coef[2] / coef[3])
     weighted = mw.shape[0] > 0
     g4 = gH[0]
     old = _flush_denormals()
@@ -137,8 +142,8 @@ def backward_pairs(u, blocks, v, B, M, G, gm, acc, gH, mw, coef, damping):
         w_ba = mw[h + k] if weighted else 1.0
         m_ab = M[k]
         m_ba = M[h + k]
-        gx_ab, carry_ab = _message_vjp(B[a] - w_ba * m_ba, w_ab * gm[b] + G[k], m_ab, d, coef, la, lb, g4)
-        gx_ba, carry_ba = _message_vjp(B[b] - w_ab * m_ab, w_ba * gm[a] + G[h + k], m_ba, d, coef, la, lb, g4)
+        gx_ab, carry_ab = _message_vjp(B[a] - w_ba * m_ba, w_ab * gm[b] + G[k], m_ab, d, coef, g4)
+        gx_ba, carry_ba = _message_vjp(B[b] - w_ab * m_ab, w_ba * gm[a] + G[h + k], m_ba, d, coef, g4)
         acc[0, a] += gx_ab
         acc[0, b] += gx_ba
         G[k] = carry_ab - w_ab * gx_ba
