@@ -54,3 +54,11 @@ def brute_force_marginals(num_nodes, edges, log_phi, log_H, evidence=None):
 def undirected(edges):
     e = torch.tensor(edges, dtype=torch.long).T
     return torch.cat([e, e.flip(0)], dim=1)
+
+
+def random_graph(n, p, seed):
+    """An Erdos-Renyi graph with its directed edges in random order (neither CSR nor paired)."""
+    g = torch.Generator().manual_seed(seed)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
+    ei = undirected(pairs)
+    return ei[:, torch.randperm(ei.size(1), generator=g)]

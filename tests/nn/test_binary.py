@@ -1,7 +1,9 @@
 """The binary log-odds BP kernel (gbpn.nn.binary): two classes, inference, against the eager path."""
+import contextlib
+
 import pytest
 import torch
-from conftest import FUSED_SKIP, undirected
+from conftest import FUSED_SKIP, random_graph, undirected
 
 import gbpn.nn.bp as bp_module
 from gbpn.nn.bp import BeliefPropagation
@@ -12,11 +14,37 @@ pytestmark = pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP))
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
-def _random_graph(n, p, seed):
-    g = torch.Generator().manual_seed(seed)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
-    ei = undirected(pairs)
-    return ei[:, torch.randperm(ei.size(1), generator=g)]  # neither paired nor sorted
+def _case(n, p, seed, dtype, steps, damping, weight, clamped, weighted):
+    """A random graph (edges neither paired nor sorted), potentials, a two-class layer with coupling
+    ``weight`` and the keyword arguments for clamps and message weights."""
+    ei = random_graph(n, p, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(n, 2, generator=g, dtype=dtype)
+    layer = BeliefPropagation(2, num_steps=steps, damping=damping).to(dtype)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.tensor(weight))
+    kw = {}
+    if clamped:
+        kw.update(known_labels=torch.randint(0, 2, (n,), generator=g), known_mask=torch.rand(n, generator=g) < 0.3)
+    if weighted:
+        kw["message_weight"] = torch.rand(ei.size(1), generator=g, dtype=dtype) + 0.5
+    return ei, reverse_edge_index(ei, n), x, layer, kw
+
+
+@contextlib.contextmanager
+def _threads(k):
+    old = torch.get_num_threads()
+    torch.set_num_threads(k)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _assert_equal_outputs(got, want, dtype):
+    tol = TOL[dtype]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol * max(1.0, float(b.abs().max())))
 
 
 @pytest.fixture
@@ -32,31 +60,12 @@ def calls(monkeypatch):
 @pytest.mark.parametrize("clamped, weighted", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_binary_kernel_equals_eager(dtype, damping, clamped, weighted, threads, calls):
-    n = 40
-    ei = _random_graph(n, 0.12, seed=1)
-    rev = reverse_edge_index(ei, n)
-    g = torch.Generator().manual_seed(2)
-    x = torch.randn(n, 2, generator=g, dtype=dtype) * 2
-    layer = BeliefPropagation(2, num_steps=6, damping=damping).to(dtype)
-    with torch.no_grad():
-        layer.coupling.weight.copy_(torch.tensor([[1.5, -0.8], [-0.8, 0.4]]))
-    kw = {}
-    if clamped:
-        kw.update(known_labels=torch.randint(0, 2, (n,), generator=g), known_mask=torch.rand(n, generator=g) < 0.3)
-    if weighted:
-        kw["message_weight"] = torch.rand(ei.size(1), generator=g, dtype=dtype) + 0.5
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.no_grad():
-            outs = {k: layer(x, ei, rev_index=rev, kernel=k, return_residuals=True, return_messages=True, **kw)
-                    for k in ("eager", "fused")}
-    finally:
-        torch.set_num_threads(old)
+    ei, rev, x, layer, kw = _case(40, 0.12, 1, dtype, 6, damping, [[1.5, -0.8], [-0.8, 0.4]], clamped, weighted)
+    with _threads(threads), torch.no_grad():
+        outs = {k: layer(2 * x, ei, rev_index=rev, kernel=k, return_residuals=True, return_messages=True, **kw)
+                for k in ("eager", "fused")}
     assert len(calls) == 1
-    tol = TOL[dtype]
-    for got, want in zip(outs["fused"], outs["eager"]):
-        torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max())))
+    _assert_equal_outputs(outs["fused"], outs["eager"], dtype)
     if clamped:  # a clamped label stays clamped
         known = kw["known_mask"]
         assert torch.equal(outs["fused"][0][known].argmax(-1), kw["known_labels"][known])
@@ -65,7 +74,7 @@ def test_binary_kernel_equals_eager(dtype, damping, clamped, weighted, threads, 
 
 def test_binary_kernel_stops_at_tol_like_eager(calls):
     n = 30
-    ei = _random_graph(n, 0.15, seed=3)
+    ei = random_graph(n, 0.15, seed=3)
     x = torch.randn(n, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     layer = BeliefPropagation(2, num_steps=50, tol=1e-6).double()
     with torch.no_grad():
@@ -78,7 +87,7 @@ def test_binary_kernel_stops_at_tol_like_eager(calls):
 
 def test_binary_kernel_runs_without_edge_weights_and_returns_messages_at_inference_only(calls):
     n = 20
-    ei = _random_graph(n, 0.2, seed=5)
+    ei = random_graph(n, 0.2, seed=5)
     layer = BeliefPropagation(2, num_steps=3)
     x = torch.randn(n, 2, requires_grad=True)
     layer(x, ei, kernel="fused", return_messages=True)[0].sum().backward()  # messages in training: general kernel
@@ -106,30 +115,12 @@ def _grads(layer, x, ei, rev, kernel, kw, seed=0):
 @pytest.mark.parametrize("clamped, weighted", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_binary_training_equals_eager(dtype, damping, clamped, weighted, threads, calls):
-    n = 36
-    ei = _random_graph(n, 0.15, seed=6)
-    rev = reverse_edge_index(ei, n)
-    g = torch.Generator().manual_seed(7)
-    x = torch.randn(n, 2, generator=g, dtype=dtype)
-    layer = BeliefPropagation(2, num_steps=5, damping=damping).to(dtype)
-    with torch.no_grad():
-        layer.coupling.weight.copy_(torch.tensor([[0.9, -0.6], [-0.6, 0.3]]))
-    kw = {}
-    if clamped:
-        kw.update(known_labels=torch.randint(0, 2, (n,), generator=g), known_mask=torch.rand(n, generator=g) < 0.3)
-    if weighted:
-        kw["message_weight"] = torch.rand(ei.size(1), generator=g, dtype=dtype) + 0.5
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    ei, rev, x, layer, kw = _case(36, 0.15, 6, dtype, 5, damping, [[0.9, -0.6], [-0.6, 0.3]], clamped, weighted)
+    with _threads(threads):
         eager = _grads(layer, x, ei, rev, "eager", kw)
         fused = _grads(layer, x, ei, rev, "fused", kw)
-    finally:
-        torch.set_num_threads(old)
     assert len(calls) == 1
-    tol = TOL[dtype]
-    for got, want in zip(fused, eager):
-        torch.testing.assert_close(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max())))
+    _assert_equal_outputs(fused, eager, dtype)
 
 
 def test_binary_gradcheck_and_double_backward(calls):

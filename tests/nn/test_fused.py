@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import FUSED_SKIP, undirected
+from conftest import FUSED_SKIP, random_graph, undirected
 
 import gbpn.nn.fused as fused
 from gbpn.nn.bp import BeliefPropagation
@@ -19,14 +19,6 @@ def _close(actual, expected, dtype=None):
     implementations round differently, and gradients summed over many steps and edges grow)."""
     tol = TOL[dtype or expected.dtype]
     torch.testing.assert_close(actual, expected, rtol=tol, atol=tol * max(1.0, float(expected.detach().abs().max())))
-
-
-def _random_graph(n, p, seed):
-    """An Erdos-Renyi graph with its directed edges in random order (neither CSR nor paired)."""
-    g = torch.Generator().manual_seed(seed)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
-    ei = undirected(pairs)
-    return ei[:, torch.randperm(ei.size(1), generator=g)]
 
 
 def _both(layer, inputs, kw, params, seed=0):
@@ -51,7 +43,7 @@ def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c):
         from gbpn.nn._fused_kernels import _BLAS_CLASSES
         assert _BLAS_CLASSES <= c
     n = 40
-    ei = _random_graph(n, 0.15, seed=int(damping * 10) + len(weights))
+    ei = random_graph(n, 0.15, seed=int(damping * 10) + len(weights))
     E = ei.size(1)
     g = torch.Generator().manual_seed(1)
     layer = BeliefPropagation(c, num_steps=6, damping=damping).to(dtype)
@@ -126,7 +118,7 @@ def test_buffers_work_where_the_kernel_refuses_huge_pages(monkeypatch):
 
 def test_fused_inference_equals_eager_and_stops_at_the_same_step():
     n, c = 60, 4
-    ei = _random_graph(n, 0.08, seed=3)
+    ei = random_graph(n, 0.08, seed=3)
     layer = BeliefPropagation(c, num_steps=100, damping=0.2, tol=1e-6).double()
     with torch.no_grad():
         layer.coupling.weight.copy_(0.5 * torch.randn(c, c, generator=torch.Generator().manual_seed(0)))
@@ -216,7 +208,7 @@ def test_without_numba_the_layer_warns_once_and_runs_eagerly(monkeypatch):
 
 
 def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
-    ei = _random_graph(20, 0.3, seed=5)
+    ei = random_graph(20, 0.3, seed=5)
     rev = reverse_edge_index(ei, 20)
     first = fused.csr_layout(ei, rev, 20)
     assert fused.csr_layout(ei, rev, 20) is first

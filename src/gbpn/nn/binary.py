@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from gbpn.nn.fused import _np, _parallel, _threads, cached_layout, eager_vjp, needs_grad, self_tested, zeros
-from gbpn.nn.functional import paired_order
+from gbpn.nn.functional import pairing
 
 
 @dataclass
@@ -47,14 +47,10 @@ class PairLayout:
 def pair_layout(edge_index: Tensor, rev_index: Tensor, num_nodes: int) -> Optional[PairLayout]:
     """The paired layout of a graph (cached), or ``None`` when an edge is its own reverse."""
     def build() -> Optional[PairLayout]:
-        E = rev_index.numel()
-        h = E // 2
-        if 2 * h == E and bool((rev_index == torch.arange(E).roll(h)).all()):
-            perm = None
-        else:
-            perm = paired_order(rev_index)
-            if perm is None:
-                return None
+        perm, paired = pairing(rev_index)
+        if not paired:
+            return None
+        h = rev_index.numel() // 2
         src, dst = (edge_index[0], edge_index[1]) if perm is None else (edge_index[0][perm], edge_index[1][perm])
         idx = torch.int32 if num_nodes < 2**31 else torch.int64
         return PairLayout(perm, src[:h].to(idx).numpy().copy(), dst[:h].to(idx).numpy().copy())

@@ -17,7 +17,7 @@ from gbpn.nn.functional import (
     log_matmul_exp_weighted,
     log_normalize,
     normalized_message,
-    paired_order,
+    pairing,
     reverse_edge_index,
 )
 from gbpn.nn.binary import binary_bp, binary_unavailable, pair_layout
@@ -27,17 +27,6 @@ from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
 from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
 
-
-
-def _pairing(rev_index: Tensor) -> Tuple[Optional[Tensor], bool]:
-    """The permutation into the paired layout (``None`` when the edges are already in it, as after
-    :class:`~gbpn.transforms.AddReverseIndex`) and whether the layout can be used at all."""
-    h = rev_index.numel() // 2
-    if 2 * h == rev_index.numel() and bool((rev_index == torch.arange(rev_index.numel(), device=rev_index.device)
-                                            .roll(h)).all()):
-        return None, True
-    perm = paired_order(rev_index)
-    return perm, perm is not None
 
 
 def log_messages(
@@ -353,7 +342,7 @@ class BeliefPropagation(nn.Module):
         num_edges = src.numel()
         # under torch.compile reverse messages are gathered through rev_index: the paired layout's
         # permutation has a data-dependent size
-        perm, paired = (None, False) if compiling else _pairing(rev_index)
+        perm, paired = (None, False) if compiling else pairing(rev_index)
         if perm is not None:
             src, dst = src.index_select(0, perm), dst.index_select(0, perm)
             edge_weight = None if edge_weight is None else edge_weight.index_select(0, perm)

@@ -151,6 +151,18 @@ def paired_order(rev: Tensor) -> Optional[Tensor]:
     return torch.cat([idx, rev.index_select(0, idx)])
 
 
+def pairing(rev_index: Tensor) -> Tuple[Optional[Tensor], bool]:
+    """The permutation into the paired layout of :func:`paired_order` (``None`` when the edges are
+    already in it, as after :class:`~gbpn.transforms.AddReverseIndex`) and whether the layout can be
+    used at all."""
+    h = rev_index.numel() // 2
+    if 2 * h == rev_index.numel() and bool((rev_index == torch.arange(rev_index.numel(), device=rev_index.device)
+                                            .roll(h)).all()):
+        return None, True
+    perm = paired_order(rev_index)
+    return perm, perm is not None
+
+
 def _apply_reverse(out: Tensor, msg: Tensor, rev: Optional[Tensor], op) -> Tensor:
     """``out[e] op= msg[rev[e]]`` in place; ``rev=None`` is the paired layout (halves swapped)."""
     if rev is None:
