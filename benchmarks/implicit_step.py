@@ -19,9 +19,11 @@ set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over th
   measured K = 1 and K = 3 cells (memory is linear in K), marked '~', and the extrapolation is
   checked against the measured K = 5.
 
-The unrolled cells run twice: with the layer's own kernel choice (``kernel="auto"``: the fused
-kernels of :mod:`gbpn.nn.fused` where they apply, which keep about 1.5 ``[E, c]`` buffers per step) and
-with ``kernel="eager"`` (the autograd graph of the reference path, about 3 per step).
+Every cell runs twice: with the layer's own kernel choice (``kernel="auto"``: the fused
+kernels of :mod:`gbpn.nn.fused` where they apply; unrolled, they keep about 1.5 ``[E, c]`` buffers
+per step, implicit the fixed point and two gradient buffers) and with ``kernel="eager"`` (the
+reference path: unrolled, the autograd graph, about 3 per step; implicit, the VJPs of
+:mod:`gbpn.nn.implicit`).
 
 Times: wall seconds of the step and the process's CPU seconds (less sensitive to other jobs
 sharing the cores).
@@ -131,12 +133,16 @@ def main() -> None:
     print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; H = 1 + {args.beta - 1:g} I, "
           f"one forward + backward each")
     for c in args.classes:
-        imp = cell("implicit", args.max_steps, c)
-        n = round(imp["forward_steps_mean"])
-        print(f"c = {c}, {imp['edges']} directed edges: implicit forward {n} steps "
-              f"(converged: {imp['forward_converged_frac']:.0%}), adjoint {imp['adjoint_steps_mean']:.0f} steps "
-              f"(converged: {imp['adjoint_converged_frac']:.0%}), gradients finite: {imp['finite']}", flush=True)
-        rows = [(f"implicit tol {args.tol:g}", imp, "")]
+        rows, implicit = [], []
+        for mode in ("implicit", "implicit-eager"):
+            imp = cell(mode, args.max_steps, c)
+            n = round(imp["forward_steps_mean"])
+            print(f"c = {c}, {imp['edges']} directed edges, {mode} ({imp['kernel']}): forward {n} steps "
+                  f"(converged: {imp['forward_converged_frac']:.0%}), adjoint {imp['adjoint_steps_mean']:.0f} steps "
+                  f"(converged: {imp['adjoint_converged_frac']:.0%}), gradients finite: {imp['finite']}", flush=True)
+            implicit.append((f"{mode} ({imp['kernel']}) tol {args.tol:g}", imp))
+            rows.append((implicit[-1][0], imp, ""))
+        n = round(implicit[0][1]["forward_steps_mean"])
         for mode in ("unroll", "unroll-eager"):
             k1, k3, k5 = (cell(mode, k, c) for k in (1, 3, 5))
             per_step = (k3["peak_mb"] - k1["peak_mb"]) / 2
@@ -149,11 +155,12 @@ def main() -> None:
             print(f"  {name}: linear memory model from K = 1, 3: {per_step:.0f} MB per unrolled step; K = 5 predicted "
                   f"{k1['peak_mb'] + 4 * per_step:.0f} MB, measured {k5['peak_mb']:.0f} MB", flush=True)
             rows += [(f"{name} K=5", k5, ""), (f"{name} K={n}", kn, mark)]
-            print(f"  implicit / {name} K=5 memory: {imp['peak_mb'] / k5['peak_mb']:.2f}; "
-                  f"{name} K={n} / implicit memory: {mark}{kn['peak_mb'] / imp['peak_mb']:.1f}x", flush=True)
-        print(f"  {'cell':<28} {'peak MB':>9} {'s/step':>8} {'CPU s/step':>11}")
+            for iname, imp in implicit:
+                print(f"  {iname} / {name} K=5 memory: {imp['peak_mb'] / k5['peak_mb']:.2f}; "
+                      f"{name} K={n} / {iname} memory: {mark}{kn['peak_mb'] / imp['peak_mb']:.1f}x", flush=True)
+        print(f"  {'cell':<36} {'peak MB':>9} {'s/step':>8} {'CPU s/step':>11}")
         for name, r, m in rows:
-            print(f"  {name:<28} {m + format(r['peak_mb'], '.0f'):>9} {r['seconds']:>8.1f} {r['cpu_seconds']:>11.1f}")
+            print(f"  {name:<36} {m + format(r['peak_mb'], '.0f'):>9} {r['seconds']:>8.1f} {r['cpu_seconds']:>11.1f}")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import contextlib
 import itertools
 import os
 from pathlib import Path
@@ -62,3 +63,14 @@ def random_graph(n, p, seed):
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if float(torch.rand(1, generator=g)) < p]
     ei = undirected(pairs)
     return ei[:, torch.randperm(ei.size(1), generator=g)]
+
+
+@contextlib.contextmanager
+def num_threads(k):
+    """torch (and with it the fused kernels' node blocks) on ``k`` threads inside the block."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(k)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

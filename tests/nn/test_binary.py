@@ -1,9 +1,8 @@
 """The binary log-odds BP kernel (gbpn.nn.binary): two classes, inference, against the eager path."""
-import contextlib
 
 import pytest
 import torch
-from conftest import FUSED_SKIP, random_graph, undirected
+from conftest import FUSED_SKIP, num_threads, random_graph, undirected
 
 import gbpn.nn.bp as bp_module
 from gbpn.nn.bp import BeliefPropagation
@@ -31,16 +30,6 @@ def _case(n, p, seed, dtype, steps, damping, weight, clamped, weighted):
     return ei, reverse_edge_index(ei, n), x, layer, kw
 
 
-@contextlib.contextmanager
-def _threads(k):
-    old = torch.get_num_threads()
-    torch.set_num_threads(k)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _assert_equal_outputs(got, want, dtype):
     tol = TOL[dtype]
     for a, b in zip(got, want):
@@ -61,7 +50,7 @@ def calls(monkeypatch):
 @pytest.mark.parametrize("threads", [1, 3])
 def test_binary_kernel_equals_eager(dtype, damping, clamped, weighted, threads, calls):
     ei, rev, x, layer, kw = _case(40, 0.12, 1, dtype, 6, damping, [[1.5, -0.8], [-0.8, 0.4]], clamped, weighted)
-    with _threads(threads), torch.no_grad():
+    with num_threads(threads), torch.no_grad():
         outs = {k: layer(2 * x, ei, rev_index=rev, kernel=k, return_residuals=True, return_messages=True, **kw)
                 for k in ("eager", "fused")}
     assert len(calls) == 1
@@ -116,7 +105,7 @@ def _grads(layer, x, ei, rev, kernel, kw, seed=0):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_binary_training_equals_eager(dtype, damping, clamped, weighted, threads, calls):
     ei, rev, x, layer, kw = _case(36, 0.15, 6, dtype, 5, damping, [[0.9, -0.6], [-0.6, 0.3]], clamped, weighted)
-    with _threads(threads):
+    with num_threads(threads):
         eager = _grads(layer, x, ei, rev, "eager", kw)
         fused = _grads(layer, x, ei, rev, "fused", kw)
     assert len(calls) == 1

@@ -2,9 +2,10 @@ import itertools
 
 import pytest
 import torch
-from conftest import undirected
+from conftest import KERNELS, num_threads, random_graph, undirected
 
 from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.fused import fused_unavailable
 from gbpn.nn.implicit import FALLBACK_STEPS
 
 TREE = [(0, 1), (1, 2), (1, 3), (3, 4), (3, 5), (5, 6)]
@@ -16,6 +17,12 @@ LOOPY = {
     "grid3x3": GRID,
     "K4": list(itertools.combinations(range(4), 2)),
 }
+
+
+@pytest.fixture(params=KERNELS)
+def kernel(request):
+    """Both implementations of the implicit pass: autograd/hand-written VJPs, and the fused kernels."""
+    return request.param
 
 
 def _layer(c, weight, backward, steps, **kw):
@@ -38,12 +45,12 @@ def _grads(layer, log_phi, ei, **kw):
 
 
 def _rel(a, b):
-    return float((a - b).norm() / b.norm())
+    return float((a - b).detach().norm() / b.detach().norm())
 
 
 @pytest.mark.parametrize("graph", sorted(LOOPY))
 @pytest.mark.parametrize("clamped", [False, True])
-def test_implicit_gradient_equals_long_unrolled_gradient(graph, clamped):
+def test_implicit_gradient_equals_long_unrolled_gradient(graph, clamped, kernel):
     edges = LOOPY[graph]
     n, c = max(max(e) for e in edges) + 1, 3
     g = torch.Generator().manual_seed(len(edges))
@@ -54,9 +61,10 @@ def test_implicit_gradient_equals_long_unrolled_gradient(graph, clamped):
     if clamped:
         kw = {"known_labels": torch.arange(n) % c, "known_mask": torch.arange(n) % 3 == 1}
     unrolled = _grads(_layer(c, weight, "unroll", 400), log_phi, ei, **kw)
-    implicit_layer = _layer(c, weight, "implicit", 400, tol=1e-13)
+    implicit_layer = _layer(c, weight, "implicit", 400, tol=1e-13, kernel=kernel)
     implicit = _grads(implicit_layer, log_phi, ei, **kw)
     stats = implicit_layer.implicit_stats
+    assert implicit_layer.last_kernel == kernel
     assert stats.forward_converged == 1 and stats.adjoint_converged == 1 and stats.fallbacks == 0
     assert stats.forward_steps < 400  # it stopped at the fixed point, not at the budget
     torch.testing.assert_close(implicit[0], unrolled[0], atol=1e-10, rtol=0)
@@ -65,7 +73,7 @@ def test_implicit_gradient_equals_long_unrolled_gradient(graph, clamped):
 
 
 @pytest.mark.parametrize("damping, edge_weights", [(0.3, True), (0.0, False)])  # the autograd and hand-written VJPs
-def test_implicit_gradient_with_damping_and_edge_and_message_weights(damping, edge_weights):
+def test_implicit_gradient_with_damping_and_edge_and_message_weights(damping, edge_weights, kernel):
     edges = GRID
     n, c = 9, 2
     ei = undirected(edges)
@@ -78,7 +86,8 @@ def test_implicit_gradient_with_damping_and_edge_and_message_weights(damping, ed
     kw = {"edge_weight": edge_weight if edge_weights else None, "message_weight": message_weight,
           "known_labels": torch.zeros(n, dtype=torch.long), "known_mask": torch.arange(n) == 4}
     unrolled = _grads(_layer(c, weight, "unroll", 600, damping=damping), log_phi, ei, **kw)
-    implicit = _grads(_layer(c, weight, "implicit", 600, damping=damping, tol=1e-13), log_phi, ei, **kw)
+    implicit = _grads(_layer(c, weight, "implicit", 600, damping=damping, tol=1e-13, kernel=kernel), log_phi, ei,
+                      **kw)
     torch.testing.assert_close(implicit[0], unrolled[0], atol=1e-10, rtol=0)
     assert _rel(implicit[1], unrolled[1]) < 1e-6 and _rel(implicit[2], unrolled[2]) < 1e-6
 
@@ -100,7 +109,7 @@ def _exact_log_marginals(n, edges, log_phi, log_H, evidence):
 
 
 @pytest.mark.parametrize("evidence", [{}, {2: 1, 6: 0}])
-def test_implicit_gradient_on_a_tree_is_the_exact_marginal_likelihood_gradient(evidence):
+def test_implicit_gradient_on_a_tree_is_the_exact_marginal_likelihood_gradient(evidence, kernel):
     n, c = 7, 3
     g = torch.Generator().manual_seed(11)
     log_phi = torch.randn(n, c, generator=g, dtype=torch.float64)
@@ -115,7 +124,7 @@ def test_implicit_gradient_on_a_tree_is_the_exact_marginal_likelihood_gradient(e
     nll = -exact[free].gather(1, y[free].view(-1, 1)).sum()
     exact_grads = torch.autograd.grad(nll, [phi, w])
 
-    layer = _layer(c, weight, "implicit", 50, tol=1e-13)
+    layer = _layer(c, weight, "implicit", 50, tol=1e-13, kernel=kernel)
     phi2 = log_phi.clone().requires_grad_()
     out = layer(phi2, undirected(TREE), known_labels=labels, known_mask=~free)
     torch.testing.assert_close(out.exp(), exact.exp(), atol=1e-10, rtol=0)
@@ -125,13 +134,13 @@ def test_implicit_gradient_on_a_tree_is_the_exact_marginal_likelihood_gradient(e
         torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-7)
 
 
-def test_non_convergent_bp_takes_the_truncated_fallback_and_stays_finite():
+def test_non_convergent_bp_takes_the_truncated_fallback_and_stays_finite(kernel):
     # K4 is all triangles: a strong heterophilous (antiferromagnetic) coupling frustrates every odd
     # cycle and undamped BP oscillates forever between two states
     ei = undirected(list(itertools.combinations(range(4), 2)))
     log_phi = 0.3 * torch.randn(4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     weight = torch.tensor([[0.0, 3.0], [3.0, 0.0]], dtype=torch.float64)
-    layer = _layer(2, weight, "implicit", 100)
+    layer = _layer(2, weight, "implicit", 100, kernel=kernel)
     out, phi_grad, w_grad = _grads(layer, log_phi, ei)
     residuals = layer(log_phi, ei, return_residuals=True)[1]
     assert residuals.numel() == 100 and residuals[-1] > 1.0  # really not converging
@@ -155,32 +164,53 @@ def _saved_bytes(layer, log_phi, ei):
     return total
 
 
-def test_implicit_memory_does_not_grow_with_the_number_of_steps():
+def test_implicit_memory_does_not_grow_with_the_number_of_steps(kernel):
     ei = undirected(GRID)
     log_phi = torch.randn(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     weight = torch.zeros(3, 3, dtype=torch.float64)
     # tol = 0: both run their whole budget
-    short = _saved_bytes(_layer(3, weight, "implicit", 5, tol=0.0), log_phi, ei)
-    long = _saved_bytes(_layer(3, weight, "implicit", 60, tol=0.0), log_phi, ei)
+    short = _saved_bytes(_layer(3, weight, "implicit", 5, tol=0.0, kernel=kernel), log_phi, ei)
+    long = _saved_bytes(_layer(3, weight, "implicit", 60, tol=0.0, kernel=kernel), log_phi, ei)
     unrolled = _saved_bytes(_layer(3, weight, "unroll", 60), log_phi, ei)
     assert short == long
     assert unrolled > 10 * long
 
 
-def test_no_grad_and_zero_steps_take_the_plain_paths():
+def test_no_grad_and_zero_steps_take_the_plain_paths(kernel):
     ei = undirected(GRID)
     log_phi = torch.randn(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     weight = 0.5 * torch.ones(3, 3, dtype=torch.float64)
-    layer = _layer(3, weight, "implicit", 200, tol=1e-12)
+    layer = _layer(3, weight, "implicit", 200, tol=1e-12, kernel=kernel)
     with torch.no_grad():
         inferred = layer(log_phi, ei)
     trained = layer(log_phi.requires_grad_(), ei)
     torch.testing.assert_close(inferred, trained.detach(), atol=1e-9, rtol=0)
     assert layer.implicit_stats.forward_calls == 1  # inference did not go through the implicit pass
-    torch.testing.assert_close(layer(log_phi, ei, num_steps=0), torch.log_softmax(log_phi, -1))
+    torch.testing.assert_close(layer(log_phi, ei, num_steps=0, kernel="auto"), torch.log_softmax(log_phi, -1))
 
 
 def test_backward_is_validated():
     with pytest.raises(ValueError, match="backward"):
         BeliefPropagation(2, backward="neumann")
     assert BeliefPropagation(2, backward="implicit").tol == 1e-4
+
+
+@pytest.mark.parametrize("dtype, tol, c, threads", [(torch.float64, 1e-9, 4, 1), (torch.float32, 1e-4, 4, 2),
+                                                     (torch.float64, 1e-9, 9, 3)])  # 9 classes: BLAS products
+def test_fused_and_eager_implicit_passes_agree_on_a_random_graph(dtype, tol, c, threads):
+    if fused_unavailable(dtype):
+        pytest.skip(fused_unavailable(dtype))
+    n = 300
+    ei = random_graph(n, 0.02, seed=3)
+    g = torch.Generator().manual_seed(5)
+    log_phi = torch.randn(n, c, generator=g, dtype=torch.float64).to(dtype)
+    weight = 0.25 * torch.randn(c, c, generator=g, dtype=torch.float64)
+    kw = {"known_labels": torch.arange(n) % c, "known_mask": torch.arange(n) % 4 == 0}
+    got = {}
+    for kernel in ("eager", "fused"):
+        layer = _layer(c, weight, "implicit", 300, tol=tol, damping=0.2, kernel=kernel).to(dtype)
+        with num_threads(threads):
+            got[kernel] = _grads(layer, log_phi, ei, **kw)
+        assert layer.last_kernel == kernel and layer.implicit_stats.fallbacks == 0
+    for a, b in zip(got["fused"], got["eager"]):
+        assert _rel(a, b) < (1e-6 if dtype == torch.float64 else 2e-4)

@@ -136,34 +136,35 @@ def _prefetch_row(M, r, c):
 
 
 @njit(inline="always", fastmath=_FM)
-def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
-    """``cav[:, e]`` for edge ``k0 + e``: ``B[src] / M[rev]``, or with message weights
+def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
+    """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
     ``exp(b[src] - w'_rev log M[rev] - max)``."""
     c = cav.shape[0]
-    E = rev.shape[0]
-    ahead = _prefetch_distance(E, c)
+    s = src[k]
+    r = rev[k]
     if mw.shape[0] == 0:
-        for e in range(n):
-            if k0 + e + ahead < E:
-                _prefetch_row(M_prev, rev[k0 + e + ahead], c)
-            s = src[k0 + e]
-            r = rev[k0 + e]
-            for a in range(c):
-                cav[a, e] = B_prev[s, a] / M_prev[r, a]
+        for a in range(c):
+            cav[a, e] = B_prev[s, a] / M_prev[r, a]
     else:
-        for e in range(n):
-            if k0 + e + ahead < E:
-                _prefetch_row(M_prev, rev[k0 + e + ahead], c)
-            s = src[k0 + e]
-            r = rev[k0 + e]
-            w = mw[r]
-            mx = -np.inf
-            for a in range(c):
-                v = b_prev[s, a] - w * np.log(M_prev[r, a])
-                cav[a, e] = v
-                mx = max(mx, v)
-            for a in range(c):
-                cav[a, e] = np.exp(cav[a, e] - mx)
+        w = mw[r]
+        mx = -np.inf
+        for a in range(c):
+            v = b_prev[s, a] - w * np.log(M_prev[r, a])
+            cav[a, e] = v
+            mx = max(mx, v)
+        for a in range(c):
+            cav[a, e] = np.exp(cav[a, e] - mx)
+
+
+@njit(inline="always", fastmath=_FM)
+def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
+    """``cav[:, e]`` for edge ``k0 + e`` (:func:`_cavity`), prefetching the reverse messages ahead."""
+    E = rev.shape[0]
+    ahead = _prefetch_distance(E, cav.shape[0])
+    for e in range(n):
+        if k0 + e + ahead < E:
+            _prefetch_row(M_prev, rev[k0 + e + ahead], cav.shape[0])
+        _cavity(cav, e, k0 + e, src, rev, b_prev, B_prev, M_prev, mw)
 
 
 @njit(inline="always", fastmath=_FM)
@@ -185,20 +186,25 @@ def _chunk_matmul(out, A, x, n):
 @njit(inline="always", fastmath=_FM)
 def _products(P, cav, n, HT, L, ew, k0, Hw):
     """``P[:, e] = H^T cav[:, e]`` (``HT`` = H^T; ``H^{w_k}`` per edge with edge weights)."""
-    c = HT.shape[0]
     if ew.shape[0] == 0:
         _chunk_matmul(P, HT, cav, n)
     else:
         for e in range(n):
-            w = ew[k0 + e]
-            for a in range(c):
-                for b in range(c):
-                    Hw[a, b] = np.exp(w * L[a, b])
-            for b in range(c):
-                t = Hw[0, 0] * 0  # a zero of the dtype (Hw is set; P may hold garbage, and garbage * 0 can be NaN)
-                for a in range(c):
-                    t += cav[a, e] * Hw[a, b]
-                P[b, e] = t
+            _weighted_product(P, cav, e, ew[k0 + e], L, Hw)
+
+
+@njit(inline="always", fastmath=_FM)
+def _weighted_product(P, cav, e, w, L, Hw):
+    """``P[:, e] = (H^w)^T cav[:, e]``, leaving ``H^w = exp(w L)`` in ``Hw``."""
+    c = L.shape[0]
+    for a in range(c):
+        for b in range(c):
+            Hw[a, b] = np.exp(w * L[a, b])
+    for b in range(c):
+        t = Hw[0, 0] * 0  # a zero of the dtype (Hw is set; P may hold garbage, and garbage * 0 can be NaN)
+        for a in range(c):
+            t += cav[a, e] * Hw[a, b]
+        P[b, e] = t
 
 
 @njit(inline="always", fastmath=_FM)
@@ -303,6 +309,112 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
         _restore(old)
 
 
+@njit(inline="always")
+def _back_scratch(n_blocks, c, W, like):
+    """Per-block scratch of the backward kernels for chunks of ``W`` edges, of ``like``'s dtype:
+    cavities, products, tau, H tau (``[c, W]``), normalisers, sums (``[W]``), two ``[c, c]``. The
+    cavities and tau start at zero: whole-chunk BLAS products read past the chunk's edges."""
+    dt = like.dtype
+    return (np.zeros((n_blocks, c, W), dt), np.empty((n_blocks, c, W), dt), np.zeros((n_blocks, c, W), dt),
+            np.empty((n_blocks, c, W), dt), np.empty((n_blocks, W), dt), np.empty((n_blocks, W), dt),
+            np.empty((n_blocks, c, c), dt), np.empty((n_blocks, c, c), dt))
+
+
+@njit(inline="always", fastmath=_FM)
+def _center(tau, ssum, zinv, n):
+    r"""Back through the normalisation :math:`m = P / Z`: :math:`\tau_e \leftarrow (\tau_e - s_e) / Z_e`."""
+    for b in range(tau.shape[0]):
+        for e in range(n):
+            tau[b, e] = (tau[b, e] - ssum[e]) * zinv[e]
+
+
+@njit(inline="always", fastmath=_FM)
+def _inverse_sums(zinv, P, cav, n, Hrow, products):
+    """``zinv[e] = 1 / Z_e``, the message's normaliser: from the products ``P`` (``products``), else
+    ``cav . (H 1)`` (the undamped, unweighted backward needs no product)."""
+    if products:
+        _column_sums(zinv, P, n)
+    else:
+        for e in range(n):
+            zinv[e] = 0
+        for a in range(cav.shape[0]):
+            h = Hrow[a]
+            for e in range(n):
+                zinv[e] += cav[a, e] * h
+    for e in range(n):
+        zinv[e] = 1 / zinv[e]
+
+
+@njit(inline="always", fastmath=_FM)
+def _belief_grad(i, rowptr, rev, known, B, Gb, Gv, gz, Gphi, first, ahead):
+    r"""``gz[i]``: the gradient of node ``i``'s log-belief, :math:`G^b_i` (``first``) or the cavity
+    gradients of its outgoing edges :math:`\sum_{k \to i} G^v[\bar k]`, 0 if clamped, through the
+    normalisation (:math:`g - B_i \sum g`); added to ``Gphi[i]``."""
+    c = gz.shape[1]
+    E = rev.shape[0]
+    for a in range(c):
+        gz[i, a] = Gb[i, a] if first else 0
+    if not first:
+        for k in range(rowptr[i], rowptr[i + 1]):
+            if k + ahead < E:
+                _prefetch_row(Gv, rev[k + ahead], c)
+            r = rev[k]
+            for a in range(c):
+                gz[i, a] += Gv[r, a]
+    if known.shape[0] > 0 and known[i]:
+        for a in range(c):
+            gz[i, a] = 0
+    tot = gz[i, 0] * 0
+    for a in range(c):
+        tot += gz[i, a]
+    for a in range(c):
+        gz[i, a] -= B[i, a] * tot
+        Gphi[i, a] += gz[i, a]
+
+
+@njit(inline="always", fastmath=_FM)
+def _coupling_grad(gl, cav, tau, n, ct):
+    """``gl += cav[:, :n] tau[:, :n]^T`` (BLAS from ``_BLAS_CLASSES`` classes on, over whole chunks:
+    the columns of ``tau`` past ``n`` are zeroed first)."""
+    c = cav.shape[0]
+    if c >= _BLAS_CLASSES:
+        for b in range(c):
+            for e in range(n, tau.shape[1]):
+                tau[b, e] = 0
+        np.dot(cav, tau.T, ct)
+        for a in range(c):
+            for b in range(c):
+                gl[a, b] += ct[a, b]
+    else:
+        for a in range(c):
+            for b in range(c):
+                t = tau[0, 0] * 0
+                for e in range(n):
+                    t += cav[a, e] * tau[b, e]
+                gl[a, b] += t
+
+
+@njit(inline="always", fastmath=_FM)
+def _weighted_back(Gv, Gw, k, cav, tau, e, w, L, Hw, gl):
+    """With an edge weight ``w``: ``Gv[k] = cav ⊙ (H^w τ)``, ``gl += w cav (τ ⊙ H^w)^T`` and
+    ``Gw[k] += Σ cav τ^T ⊙ H^w ⊙ L`` for the chunk column ``e`` of edge ``k``."""
+    c = L.shape[0]
+    gw = 0.0
+    for a in range(c):
+        for b in range(c):
+            Hw[a, b] = np.exp(w * L[a, b])
+    for a in range(c):
+        ca = cav[a, e]
+        qa = ca * 0
+        for b in range(c):
+            x = tau[b, e] * Hw[a, b]
+            qa += x
+            gl[a, b] += w * ca * x
+            gw += ca * x * L[a, b]
+        Gv[k, a] = ca * qa
+    Gw[k] += gw
+
+
 @njit(nogil=True, cache=True, fastmath=_FM)
 def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_prev, M_t, Gb_ext, Gv_next, Gv_cur,
                   D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first):
@@ -328,14 +440,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     carry = D.shape[0] > 0  # an empty D: no damping and no gradient of the last messages (all zeros)
     E = rev.shape[0]
     ahead = _prefetch_distance(E, c)
-    cav_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)  # per-block scratch (zeros: BLAS reads past n)
-    P_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
-    tau_ = np.zeros((n_blocks, c, _CHUNK), B_t.dtype)
-    q_ = np.empty((n_blocks, c, _CHUNK), B_t.dtype)
-    zinv_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
-    ssum_ = np.empty((n_blocks, _CHUNK), B_t.dtype)
-    Hw_ = np.empty((n_blocks, c, c), B_t.dtype)
-    ct_ = np.empty((n_blocks, c, c), B_t.dtype)
+    cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, tau, q, zinv, ssum, Hw = cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk], Hw_[blk]
@@ -345,39 +450,13 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
         while i0 < blocks[blk + 1]:
             i1 = _group_end(rowptr, i0, blocks[blk + 1])
             for i in range(i0, i1):
-                for a in range(c):
-                    gz[i, a] = Gb_ext[i, a] if first else 0
-                if not first:
-                    for k in range(rowptr[i], rowptr[i + 1]):
-                        if k + ahead < E:
-                            _prefetch_row(Gv_next, rev[k + ahead], c)
-                        r = rev[k]
-                        for a in range(c):
-                            gz[i, a] += Gv_next[r, a]
-                if known.shape[0] > 0 and known[i]:
-                    for a in range(c):
-                        gz[i, a] = 0
-                tot = gz[i, 0] * 0
-                for a in range(c):
-                    tot += gz[i, a]
-                for a in range(c):
-                    gz[i, a] -= B_t[i, a] * tot
-                    Gphi[i, a] += gz[i, a]
+                _belief_grad(i, rowptr, rev, known, B_t, Gb_ext, Gv_next, gz, Gphi, first, ahead)
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if lam > 0 or weighted:
                     _products(P, cav, n, HT, L, ew, k0, Hw)
-                    _column_sums(zinv, P, n)
-                else:  # Z = cav . (H 1): no product needed
-                    for e in range(n):
-                        zinv[e] = 0
-                    for a in range(c):
-                        h = Hrow[a]
-                        for e in range(n):
-                            zinv[e] += cav[a, e] * h
-                for e in range(n):
-                    zinv[e] = one / zinv[e]
+                _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted)
                 for e in range(n):
                     k = k0 + e
                     d = dst[k]
@@ -398,47 +477,16 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                                 D[k, b] = 0
                         tau[b, e] = t
                     ssum[e] = s * zinv[e] if lam > 0 else s
-                for b in range(c):
-                    for e in range(n):
-                        tau[b, e] = (tau[b, e] - ssum[e]) * zinv[e]
+                _center(tau, ssum, zinv, n)
                 if weighted:
                     for e in range(n):
-                        k = k0 + e
-                        w = ew[k]
-                        gw = 0.0
-                        for a in range(c):
-                            for b in range(c):
-                                Hw[a, b] = np.exp(w * L[a, b])
-                        for a in range(c):
-                            ca = cav[a, e]
-                            qa = ca * 0
-                            for b in range(c):
-                                x = tau[b, e] * Hw[a, b]
-                                qa += x
-                                gl[a, b] += w * ca * x
-                                gw += ca * x * L[a, b]
-                            Gv_cur[k, a] = ca * qa
-                        Gw[k] += gw
+                        _weighted_back(Gv_cur, Gw, k0 + e, cav, tau, e, ew[k0 + e], L, Hw, gl)
                 else:
                     _chunk_matmul(q, H, tau, n)
                     for e in range(n):
                         for a in range(c):
                             Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
-                    if c >= _BLAS_CLASSES:  # gl += cav tau^T over the chunk; columns past n must not count
-                        for b in range(c):
-                            for e in range(n, _CHUNK):
-                                tau[b, e] = 0
-                        np.dot(cav, tau.T, ct)
-                        for a in range(c):
-                            for b in range(c):
-                                gl[a, b] += ct[a, b]
-                    else:
-                        for a in range(c):
-                            for b in range(c):
-                                t = tau[0, 0] * 0
-                                for e in range(n):
-                                    t += cav[a, e] * tau[b, e]
-                                gl[a, b] += t
+                    _coupling_grad(gl, cav, tau, n, ct)
             i0 = i1
         _restore(old)
 
@@ -455,4 +503,109 @@ def gather_reverse(rowptr, blocks, rev, Gv, out):
                 r = rev[k]
                 for a in range(c):
                     out[i, a] += Gv[r, a]
+        _restore(old)
+
+
+@njit(nogil=True, cache=True)
+def abs_max(a):
+    """The largest ``|a|`` of a 2-d array, NaN if it holds one, without a temporary (no fastmath:
+    it must see NaN)."""
+    top = 0.0
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            x = abs(a[i, j])
+            if x > top:
+                top = x
+            elif x != x:
+                return x
+    return top
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def adjoint_nodes(rowptr, blocks, rev, known, B, Gb, Gv, gz, Gphi, first):
+    """The node half of one term of the adjoint series at a fixed point: ``gz`` and ``Gphi``
+    (:func:`_belief_grad`) for every node, from the loss's ``Gb`` (``first``) or from ``Gv``."""
+    ahead = _prefetch_distance(rev.shape[0], gz.shape[1])
+    for blk in range(blocks.shape[0] - 1):
+        old = _flush_denormals()
+        for i in range(blocks[blk], blocks[blk + 1]):
+            _belief_grad(i, rowptr, rev, known, B, Gb, Gv, gz, Gphi, first, ahead)
+        _restore(old)
+
+
+@njit(nogil=True, cache=True, fastmath=_FM)
+def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, HT, Hrow, L, damping, ew, mw):
+    r"""The edge half of one term of the adjoint series at a fixed point (messages ``M``, beliefs
+    ``b``/``B`` of every step alike), in place: :func:`backward_step`'s edge pass with
+    :math:`G^v_{t+1}` and :math:`G^v_t` in one buffer. The new :math:`G^v_k` reads the old
+    :math:`G^v_{\bar k}` only, so each pair of reverse edges is taken together, by the block holding
+    the lower of the two CSR positions: both are read before either is written. ``gz`` is the node
+    half's (:func:`adjoint_nodes`); ``D`` the damping's carry (:math:`\lambda g` at a fixed point)."""
+    n_blocks = blocks.shape[0] - 1
+    c = B.shape[1]
+    lam = damping[0]
+    one = lam * 0 + 1
+    weighted = ew.shape[0] > 0
+    carry = D.shape[0] > 0
+    E = rev.shape[0]
+    ahead = _prefetch_distance(E, c)
+    W = 2 * _CHUNK  # a chunk of edges and the reverses it owns
+    ks_ = np.empty((n_blocks, W), np.int64)
+    cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, W, B)
+    for blk in range(n_blocks):
+        old = _flush_denormals()
+        ks, cav, P, tau, q, zinv, ssum = ks_[blk], cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk]
+        Hw, ct, gl = Hw_[blk], ct_[blk], GL[blk]
+        k_end = rowptr[blocks[blk + 1]]
+        for k0 in range(rowptr[blocks[blk]], k_end, _CHUNK):
+            n = 0
+            for k in range(k0, min(k0 + _CHUNK, k_end)):
+                if k + ahead < E:
+                    _prefetch_row(M, rev[k + ahead], c)
+                    _prefetch_row(Gv, rev[k + ahead], c)
+                r = rev[k]
+                if k < r:
+                    ks[n] = k
+                    ks[n + 1] = r
+                    n += 2
+            if n == 0:
+                continue
+            for j in range(n):
+                _cavity(cav, j, ks[j], src, rev, b, B, M, mw)
+            if lam > 0 or weighted:
+                if weighted:
+                    for j in range(n):
+                        _weighted_product(P, cav, j, ew[ks[j]], L, Hw)
+                else:
+                    _chunk_matmul(P, HT, cav, n)
+            _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted)
+            for j in range(n):
+                k = ks[j]
+                d = dst[k]
+                r = rev[k]
+                wk = mw[k] if mw.shape[0] > 0 else one
+                s = zinv[0] * 0
+                for a in range(c):
+                    g = gz[d, a] - Gv[r, a]
+                    g = D[k, a] + wk * g if carry else wk * g
+                    if lam > 0:
+                        t = (one - lam) * g / M[k, a]
+                        s += t * P[a, j]
+                        D[k, a] = lam * g
+                    else:
+                        t = g / M[k, a]
+                        s += g
+                    tau[a, j] = t
+                ssum[j] = s * zinv[j] if lam > 0 else s
+            _center(tau, ssum, zinv, n)
+            # every read of Gv for this chunk's pairs is done: overwrite them
+            if weighted:
+                for j in range(n):
+                    _weighted_back(Gv, Gw, ks[j], cav, tau, j, ew[ks[j]], L, Hw, gl)
+            else:
+                _chunk_matmul(q, H, tau, n)
+                for j in range(n):
+                    for a in range(c):
+                        Gv[ks[j], a] = cav[a, j] * q[a, j]
+                _coupling_grad(gl, cav, tau, n, ct)
         _restore(old)

@@ -21,7 +21,7 @@ from gbpn.nn.functional import (
     reverse_edge_index,
 )
 from gbpn.nn.binary import binary_bp, binary_unavailable, pair_layout
-from gbpn.nn.fused import csr_layout, fused_bp, fused_unavailable, needs_grad, spread_ok
+from gbpn.nn.fused import csr_layout, fused_bp, fused_implicit_bp, fused_unavailable, needs_grad, spread_ok
 from gbpn.nn.fused_triton import device_csr, triton_bp, triton_unavailable
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
@@ -82,8 +82,8 @@ def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Te
     device = log_self.device
     if device.type not in ("cpu", "cuda") or log_self.dtype not in (torch.float32, torch.float64):
         return f"no fused kernel for {log_self.dtype} on {device.type} (CPU and CUDA, float32/float64 only)"
-    if implicit:
-        return "backward='implicit' differentiates the fixed point on the eager path"
+    if implicit and device.type == "cuda":
+        return "backward='implicit' differentiates the fixed point on the eager path on CUDA"
     if edge_chunk is not None:
         return "edge_chunk bounds the eager path's temporaries"
     if steps == 0 or log_self.size(0) == 0:
@@ -156,16 +156,18 @@ class BeliefPropagation(nn.Module):
         backward (str, optional): ``"unroll"`` back-propagates through the :math:`K` steps;
             ``"implicit"`` runs BP to its fixed point without recording the steps (at most
             :math:`K`, until the belief change is below ``tol``, default ``1e-4``) and
-            differentiates the fixed point implicitly (:mod:`gbpn.nn.implicit`): training
-            memory is one step's, whatever the number of steps; convergence counts are in
-            :attr:`implicit_stats`. (default: ``"unroll"``)
+            differentiates the fixed point implicitly (:mod:`gbpn.nn.implicit`; on CPU by the fused
+            kernels, :func:`~gbpn.nn.fused.fused_implicit_bp`): training memory is one step's,
+            whatever the number of steps; convergence counts are in :attr:`implicit_stats`.
+            (default: ``"unroll"``)
         kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
             forward and backward (:mod:`gbpn.nn.fused`), on CPU (with two classes and no edge
             weights: in log-odds, one number per message, :mod:`gbpn.nn.binary`), and at inference on CUDA with two
             classes as two Triton kernels (:mod:`gbpn.nn.fused_triton`; slower than eager from 7
             classes on so far; training and edge weights on CUDA run eager), wherever they apply
             (float32/float64, not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no
-            ``backward="implicit"`` training, no gradient to ``message_weight``, coupling spread
+            ``backward="implicit"`` training on CUDA or returning messages (nor the log-odds kernel),
+            no gradient to ``message_weight``, coupling spread
             within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path
             (the reference);
             ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
@@ -276,12 +278,6 @@ class BeliefPropagation(nn.Module):
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
         implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
-        if implicit:  # the fixed point by the lean inference path below; no graph is recorded
-            with torch.no_grad():
-                _, fixed_res, fixed_msg = self(log_self, edge_index, rev_index=rev_index, edge_weight=edge_weight,
-                                               known_labels=known_labels, known_mask=known_mask, num_steps=steps,
-                                               return_residuals=True, return_messages=True,
-                                               message_weight=message_weight)
         log_H = self.coupling.log_H.to(log_self.dtype)
         if not compiling:
             check_coupling_range(log_H, log_self.dtype)
@@ -299,7 +295,7 @@ class BeliefPropagation(nn.Module):
 
         kernel = self.kernel if kernel is None else _check_kernel(kernel)
         # two classes on CPU: the log-odds kernel, one number per message (messages out at inference only)
-        binary = (c == 2 and log_self.device.type == "cpu" and edge_weight is None
+        binary = (c == 2 and log_self.device.type == "cpu" and edge_weight is None and not implicit
                   and not (return_messages and needs_grad(log_self, log_H)))
         if kernel == "auto" and (c > _TRITON_MAX_CLASSES if log_self.is_cuda
                                  else not binary and c <= _EAGER_MAX_CLASSES and src.numel() > _EAGER_MIN_EDGES):
@@ -307,6 +303,8 @@ class BeliefPropagation(nn.Module):
         if kernel != "eager":
             why = _fused_unsupported(log_self, log_H, edge_weight, message_weight, steps, edge_chunk, implicit,
                                      compiling)
+            if why is None and implicit and return_messages:
+                why = "backward='implicit' returns its messages from the eager path"
             pairs = pair_layout(edge_index, rev_index, num_nodes) if why is None and binary else None
             if pairs is not None and binary_unavailable() is None:
                 self.last_kernel = "fused"
@@ -324,6 +322,11 @@ class BeliefPropagation(nn.Module):
                 def csr(w: Optional[Tensor]) -> Optional[Tensor]:  # edge-ordered -> CSR-ordered
                     return w if w is None or layout.perm is None else w.index_select(0, layout.perm)
 
+                if implicit:
+                    log_belief, residuals = fused_implicit_bp(
+                        phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp, csr(edge_weight),
+                        csr(message_weight), self.implicit_stats)
+                    return _outputs(log_belief, residuals, None, return_residuals, False)
                 if cuda:
                     log_belief, residuals, log_msg = triton_bp(
                         phi, log_H, layout, steps, self.damping, self.tol, known_mask, clamp, csr(message_weight),
@@ -338,6 +341,13 @@ class BeliefPropagation(nn.Module):
             if kernel == "fused":
                 raise ValueError(f"kernel='fused' does not apply to this call: {why}")
         self.last_kernel = "eager"
+        if implicit:  # the fixed point by the lean inference path; no graph is recorded
+            with torch.no_grad():
+                _, fixed_res, fixed_msg = self(log_self, edge_index, rev_index=rev_index, edge_weight=edge_weight,
+                                               known_labels=known_labels, known_mask=known_mask, num_steps=steps,
+                                               return_residuals=True, return_messages=True,
+                                               message_weight=message_weight)
+            self.last_kernel = "eager"
 
         num_edges = src.numel()
         # under torch.compile reverse messages are gathered through rev_index: the paired layout's

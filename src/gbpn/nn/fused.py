@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from gbpn.nn.functional import aggregate
+from gbpn.nn.implicit import FALLBACK_STEPS, ImplicitStats
 
 # Above this spread of log H (times the largest |edge weight|) the linear-domain cavity could overflow.
 MAX_SPREAD = {torch.float32: 60.0, torch.float64: 600.0}
@@ -256,7 +257,8 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     n, c = phi.shape
     E = g.layout.src.shape[0]
     slots = steps + 1 if save else 2
-    M = zeros(slots, E, c, dtype=phi.dtype)
+    # without saving, two separate message buffers: the caller keeps the last and the other is freed
+    M = zeros(slots, E, c, dtype=phi.dtype) if save else [zeros(E, c, dtype=phi.dtype) for _ in range(2)]
     B = zeros(slots, n, c, dtype=phi.dtype)
     b = zeros(slots, n, c, dtype=phi.dtype)
     M[0].fill_(1.0 / c)
@@ -264,7 +266,8 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     B[0] = b[0].exp()
     res_node = np.empty(n if (want_res or tol is not None) else 0, dtype=_np(phi).dtype)
     residuals: List[Tensor] = []
-    Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
+    Mn = M.numpy() if save else [m.numpy() for m in M]
+    Bn, bn = B.numpy(), b.numpy()
     phi_np = _np(phi)
     lay = g.layout
     t = 0
@@ -305,37 +308,145 @@ class _FusedBP(torch.autograd.Function):
         g: _Graph = ctx.g
         if torch.is_grad_enabled():  # create_graph: differentiate the same steps again, eagerly, to any order
             return _eager_backward(ctx, g, M.size(0) - 1, phi, log_H, ew, g_b, g_msg)
-        k = _kernels()
-        lay = g.layout
         steps = M.size(0) - 1
-        n, c = B.shape[1:]
-        E = M.size(1)
         Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
-        blocks = lay.blocks(_threads())
-        Gb = np.zeros((n, c), Bn.dtype) if g_b is None else _np(g_b).astype(Bn.dtype, copy=False)
-        if g_msg is not None and g_msg.numel():
-            D = _np(g_msg).astype(Bn.dtype)
-        else:  # the damping's share of the message gradient, carried to the step before; none: empty
-            D = zeros(E if float(g.damping[0]) > 0 else 0, c, dtype=B.dtype).numpy()
-        Gphi = torch.zeros(n, c, dtype=B.dtype)
-        GL = np.zeros((blocks.shape[0] - 1, c, c), np.float64)
-        Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
-        Gv_next, Gv_cur = zeros(E, c, dtype=B.dtype).numpy(), zeros(E, c, dtype=B.dtype).numpy()  # none after the last
-        gz = np.empty((n, c), Bn.dtype)
+        adj = _Adjoint(g, B.shape[1], M.size(1), B.dtype, g_b, g_msg)
         for t in range(steps, 0, -1):
-            _parallel(k.backward_step, blocks, (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, Bn[t], bn[t - 1],
-                                                Bn[t - 1], Mn[t - 1], Mn[t], Gb, Gv_next, Gv_cur, D, Gphi.numpy(), gz,
-                                                GL, Gw, g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw, t == steps),
-                      per_block=(16,), classes=c)  # GL
-            Gv_next, Gv_cur = Gv_cur, Gv_next
+            adj.step(Bn[t], bn[t - 1], Bn[t - 1], Mn[t - 1], Mn[t], first=t == steps)
         if steps:  # b^0 = phi is read by the first step's cavities
-            _parallel(k.gather_reverse, blocks, (lay.rowptr, lay.rev, Gv_next, Gphi.numpy()))
-        G_H = torch.from_numpy(GL.sum(0)).to(B.dtype)
-        if not g.ew.shape[0]:  # d/dlog H of H = exp(log H - const)
-            G_H = G_H * torch.from_numpy(g.H)
-        g_ew = torch.from_numpy(Gw).to(B.dtype) if ctx.needs_input_grad[2] else None
-        return (Gphi if ctx.needs_input_grad[0] else None, G_H if ctx.needs_input_grad[1] else None, g_ew,
-                None, None, None, None, None)
+            _parallel(_kernels().gather_reverse, adj.blocks, (g.layout.rowptr, g.layout.rev, adj.Gv_next,
+                                                              adj.Gphi.numpy()))
+        return adj.grads(ctx.needs_input_grad[:3]) + (None,) * 5
+
+
+class _Adjoint:
+    """The buffers of the hand-written backward (:func:`~gbpn.nn._fused_kernels.backward_step`) and
+    the gradients they accumulate: of the potentials (``Gphi``), of :math:`H` (``GL``, per block)
+    and of the edge weights (``Gw``); ``Gv_next`` holds the last step's cavity gradients."""
+
+    def __init__(self, g: _Graph, n: int, E: int, dtype: torch.dtype, g_b: Optional[Tensor],
+                 g_msg: Optional[Tensor] = None, buffers: int = 2):
+        c = g.H.shape[0]
+        self.g, self.c = g, c
+        self.blocks = g.layout.blocks(_threads())
+        np_dtype = np.dtype(str(dtype).replace("torch.", ""))
+        self.Gb = np.zeros((n, c), np_dtype) if g_b is None else _np(g_b).astype(np_dtype, copy=False)
+        if g_msg is not None and g_msg.numel():
+            self.D = _np(g_msg).astype(np_dtype)
+        else:  # the damping's share of the message gradient, carried to the step before; none: empty
+            self.D = zeros(E if float(g.damping[0]) > 0 else 0, c, dtype=dtype).numpy()
+        self.Gphi = torch.zeros(n, c, dtype=dtype)
+        self.GL = np.zeros((self.blocks.shape[0] - 1, c, c), np.float64)
+        self.Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
+        # one buffer: the in-place terms of the implicit series (adjoint_pairs)
+        self.Gv_next = zeros(E, c, dtype=dtype).numpy()
+        self.Gv_cur = zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
+        self.gz = np.empty((n, c), np_dtype)
+
+    def reset(self) -> None:
+        """Zero the accumulated gradients and the cavity gradients."""
+        for a in (self.D, self.Gphi.numpy(), self.GL, self.Gw, self.Gv_next):
+            a.fill(0)
+
+    def step(self, B_t, b_prev, B_prev, M_prev, M_t, first: bool) -> None:
+        """Back through one step (``first``: the last step, read by the loss only)."""
+        g, lay = self.g, self.g.layout
+        _parallel(_kernels().backward_step, self.blocks,
+                  (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, B_t, b_prev, B_prev, M_prev, M_t, self.Gb,
+                   self.Gv_next, self.Gv_cur, self.D, self.Gphi.numpy(), self.gz, self.GL, self.Gw, g.H, g.HT,
+                   g.Hrow, g.L, g.damping, g.ew, g.mw, first),
+                  per_block=(16,), classes=self.c)  # GL
+        self.Gv_next, self.Gv_cur = self.Gv_cur, self.Gv_next
+
+    def term(self, b, B, M, first: bool) -> None:
+        """One term of the implicit series at the fixed point ``(b, B, M)``, in place in ``Gv_next``
+        (``first``: from the loss's gradient)."""
+        g, lay = self.g, self.g.layout
+        k = _kernels()
+        _parallel(k.adjoint_nodes, self.blocks, (lay.rowptr, lay.rev, g.known, B, self.Gb, self.Gv_next, self.gz,
+                                                 self.Gphi.numpy(), first))
+        _parallel(k.adjoint_pairs, self.blocks,
+                  (lay.rowptr, lay.src, lay.rev, lay.dst, b, B, M, self.gz, self.Gv_next, self.D, self.GL, self.Gw,
+                   g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw),
+                  per_block=(10,), classes=self.c)  # GL
+
+    def grads(self, needs: Tuple[bool, ...]) -> Tuple[Optional[Tensor], ...]:
+        """The gradients of ``(phi, log_H, edge_weight)`` where ``needs``."""
+        dtype = self.Gphi.dtype
+        G_H = torch.from_numpy(self.GL.sum(0)).to(dtype)
+        if not self.g.ew.shape[0]:  # d/dlog H of H = exp(log H - const)
+            G_H = G_H * torch.from_numpy(self.g.H)
+        return (self.Gphi if needs[0] else None, G_H if needs[1] else None,
+                torch.from_numpy(self.Gw).to(dtype) if needs[2] else None)
+
+
+class _FusedImplicit(torch.autograd.Function):
+    """Fused steps to the fixed point, differentiated implicitly (:mod:`gbpn.nn.implicit`)."""
+
+    @staticmethod
+    def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, max_steps: int, tol: float,
+                stats: ImplicitStats):
+        log_b, residuals, M, B, b = _run_forward(phi, g, max_steps, tol, True, save=False)
+        ctx.converged = bool(residuals) and float(residuals[-1]) < tol
+        stats.record_forward(len(residuals), ctx.converged)
+        ctx.g, ctx.tol, ctx.max_steps, ctx.stats = g, tol, max_steps, stats
+        ctx.save_for_backward(M, B, b, phi, log_H, ew)
+        res = torch.stack(residuals) if residuals else phi.new_zeros(0)
+        ctx.mark_non_differentiable(res)
+        ctx.set_materialize_grads(False)
+        return log_b, res
+
+    @staticmethod
+    def backward(ctx, g_b: Optional[Tensor], _g_res):
+        if torch.is_grad_enabled():
+            raise RuntimeError("backward='implicit' gives first-order gradients only (create_graph=True needs "
+                               "backward='unroll')")
+        M, B, b, phi, log_H, ew = ctx.saved_tensors
+        g, stats = ctx.g, ctx.stats
+        Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
+        adj = _Adjoint(g, B.size(0), M.size(0), B.dtype, g_b, buffers=1)
+
+        def series(terms: int, tol: Optional[float]) -> bool:
+            """The backward of ``terms`` steps at the fixed point (all alike), the first from the loss; with
+            ``tol``, stops once the cavity gradient falls below ``tol`` times its largest so far."""
+            adj.reset()
+            top = 0.0
+            for j in range(terms):
+                adj.term(bn, Bn, Mn, first=j == 0)
+                stats.adjoint_steps += j > 0  # the first step is the loss's own, not an adjoint term
+                size = float(_kernels().abs_max(adj.Gv_next))
+                if not math.isfinite(size):
+                    return False
+                top = max(top, size)
+                if tol is not None and size <= tol * top:
+                    return True
+            return False
+
+        stats.backward_calls += 1
+        converged = ctx.converged and series(ctx.max_steps + 1, ctx.tol)
+        if not converged:  # the gradient of FALLBACK_STEPS steps unrolled from the fixed point
+            stats.fallbacks += 1
+            series(FALLBACK_STEPS, None)
+        stats.adjoint_converged += converged
+        # the first of those steps read b = pin(normalise(phi + sum of log m*)), m* held constant
+        _parallel(_kernels().adjoint_nodes, adj.blocks, (g.layout.rowptr, g.layout.rev, g.known, Bn, adj.Gb,
+                                                         adj.Gv_next, adj.gz, adj.Gphi.numpy(), False))
+        return adj.grads(ctx.needs_input_grad[:3]) + (None,) * 4
+
+
+def fused_implicit_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, max_steps: int, damping: float, tol: float,
+                      known: Optional[Tensor], clamp: Optional[Tensor], edge_weight: Optional[Tensor],
+                      message_weight: Optional[Tensor], stats: ImplicitStats) -> Tuple[Tensor, List[Tensor]]:
+    r"""BP as :func:`fused_bp` until the largest belief change is below ``tol`` (at most ``max_steps``),
+    differentiated at that fixed point by the implicit function theorem: the backward sums the
+    series of :func:`fused_bp`'s backward steps, all taken at the fixed point, until a term is below
+    ``tol`` relative (at most ``max_steps`` terms; the fallback of :mod:`gbpn.nn.implicit` when the
+    forward or that series does not converge). Memory: the fixed point's messages and one ``[E, c]``
+    gradient buffer, updated in place (two with damping), whatever the number of steps. Returns the log-beliefs
+    and the per-step residuals; ``stats`` counts the passes."""
+    g = _graph(log_H, layout, damping, known, clamp, edge_weight, message_weight, phi.dtype)
+    log_b, res = _FusedImplicit.apply(phi, log_H, edge_weight, g, max_steps, tol, stats)
+    return log_b, list(res.unbind())
 
 
 def _eager_backward(ctx, g: _Graph, steps: int, phi: Tensor, log_H: Tensor, ew: Optional[Tensor],

@@ -20,6 +20,13 @@ buffers, whatever the number of iterations. Both iterations contract at the same
 spectral radius of :math:`\partial F/\partial m` at the fixed point), so they take about as
 many steps.
 
+On CPU, wherever the fused kernels apply, the layer runs the same computation in
+:func:`gbpn.nn.fused.fused_implicit_bp` instead: the forward is the fused inference step, and each
+term of the series is one fused backward step taken at the fixed point, with the loss entering the
+first. Those terms live on the cavities, one ``[E, c]`` buffer updated in place (a pair of reverse
+edges is read, then written, together), and add the gradients of the potentials and of
+:math:`H` as they go, so the fixed-point messages and that buffer are all it holds.
+
 Fallback: when the forward did not reach its tolerance within its budget, or the adjoint
 iteration did not (or stopped being finite), the adjoint is truncated after
 :data:`FALLBACK_STEPS` terms, :math:`u = g \sum_{k < K} (\partial F/\partial m)^k`: at a fixed
