@@ -329,8 +329,8 @@ def _center(tau, ssum, zinv, n):
 
 
 @njit(inline="always", fastmath=_FM)
-def _inverse_sums(zinv, P, cav, n, Hrow, products):
-    """``zinv[e] = 1 / Z_e``, the message's normaliser: from the products ``P`` (``products``), else
+def _inverse_sums(zinv, P, cav, n, Hrow, products, one):
+    """``zinv[e] = one / Z_e``, the message's normaliser: from the products ``P`` (``products``), else
     ``cav . (H 1)`` (the undamped, unweighted backward needs no product)."""
     if products:
         _column_sums(zinv, P, n)
@@ -342,7 +342,7 @@ def _inverse_sums(zinv, P, cav, n, Hrow, products):
             for e in range(n):
                 zinv[e] += cav[a, e] * h
     for e in range(n):
-        zinv[e] = 1 / zinv[e]
+        zinv[e] = one / zinv[e]
 
 
 @njit(inline="always", fastmath=_FM)
@@ -456,7 +456,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if lam > 0 or weighted:
                     _products(P, cav, n, HT, L, ew, k0, Hw)
-                _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted)
+                _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted, one)
                 for e in range(n):
                     k = k0 + e
                     d = dst[k]
@@ -578,7 +578,7 @@ def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, 
                         _weighted_product(P, cav, j, ew[ks[j]], L, Hw)
                 else:
                     _chunk_matmul(P, HT, cav, n)
-            _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted)
+            _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted, one)
             for j in range(n):
                 k = ks[j]
                 d = dst[k]

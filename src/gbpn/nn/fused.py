@@ -338,7 +338,7 @@ class _Adjoint:
         self.Gphi = torch.zeros(n, c, dtype=dtype)
         self.GL = np.zeros((self.blocks.shape[0] - 1, c, c), np.float64)
         self.Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
-        # one buffer: the in-place terms of the implicit series (adjoint_pairs)
+        # buffers=1: the implicit series, whose terms are updated in place (adjoint_pairs)
         self.Gv_next = zeros(E, c, dtype=dtype).numpy()
         self.Gv_cur = zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
         self.gz = np.empty((n, c), np_dtype)
@@ -442,8 +442,8 @@ def fused_implicit_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, max_steps: 
     series of :func:`fused_bp`'s backward steps, all taken at the fixed point, until a term is below
     ``tol`` relative (at most ``max_steps`` terms; the fallback of :mod:`gbpn.nn.implicit` when the
     forward or that series does not converge). Memory: the fixed point's messages and one ``[E, c]``
-    gradient buffer, updated in place (two with damping), whatever the number of steps. Returns the log-beliefs
-    and the per-step residuals; ``stats`` counts the passes."""
+    gradient buffer, updated in place (two with damping), whatever the number of steps. Returns the
+    log-beliefs and the per-step residuals; ``stats`` counts the passes."""
     g = _graph(log_H, layout, damping, known, clamp, edge_weight, message_weight, phi.dtype)
     log_b, res = _FusedImplicit.apply(phi, log_H, edge_weight, g, max_steps, tol, stats)
     return log_b, list(res.unbind())
