@@ -214,3 +214,56 @@ def test_fused_and_eager_implicit_passes_agree_on_a_random_graph(dtype, tol, c, 
         assert layer.last_kernel == kernel and layer.implicit_stats.fallbacks == 0
     for a, b in zip(got["fused"], got["eager"]):
         assert _rel(a, b) < (1e-6 if dtype == torch.float64 else 2e-4)
+
+
+def test_fused_implicit_with_a_flat_coupling_and_damping_converges_on_the_damping_carry():
+    # H all equal (the default initialisation): the cavity gradients vanish and only the damping's
+    # carry holds the gradient on; a series that stopped on the cavities alone lost (1 - damping)
+    if fused_unavailable(torch.float32):
+        pytest.skip(fused_unavailable(torch.float32))
+    n, c = 200, 2
+    ei = random_graph(n, 0.03, seed=4)
+    log_phi = torch.randn(n, c, generator=torch.Generator().manual_seed(4))
+    kw = {"known_labels": torch.arange(n) % c, "known_mask": torch.arange(n) % 5 == 0}
+    got = {}
+    for kernel in ("eager", "fused"):
+        layer = BeliefPropagation(c, num_steps=300, damping=0.5, backward="implicit", tol=1e-6, kernel=kernel)
+        got[kernel] = _grads(layer, log_phi, ei, **kw)
+        assert layer.last_kernel == kernel and layer.implicit_stats.fallbacks == 0
+    for a, b in zip(got["fused"], got["eager"]):
+        assert _rel(a, b) < 1e-4
+
+
+@pytest.mark.parametrize("damping", [0.0, 0.2])
+def test_fused_and_eager_fallbacks_agree_where_bp_does_not_converge(damping):
+    # off the fixed point both take the gradient of FALLBACK_STEPS steps linearised at the last iterate
+    if fused_unavailable(torch.float64):
+        pytest.skip(fused_unavailable(torch.float64))
+    ei = undirected(list(itertools.combinations(range(4), 2)))
+    log_phi = 0.3 * torch.randn(4, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    weight = torch.tensor([[0.0, 3.0], [3.0, 0.0]], dtype=torch.float64)
+    got = {}
+    for kernel in ("eager", "fused"):
+        layer = _layer(2, weight, "implicit", 100, damping=damping, kernel=kernel)
+        got[kernel] = _grads(layer, log_phi, ei)
+        assert layer.implicit_stats.fallbacks == 1 and layer.implicit_stats.forward_converged == 0
+    for a, b in zip(got["fused"], got["eager"]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+def test_fused_implicit_refuses_a_reverse_index_that_does_not_pair_the_edges():
+    if fused_unavailable(torch.float64):
+        pytest.skip(fused_unavailable(torch.float64))
+    # a duplicated edge: both copies name the same reverse, which is a valid reverse for BP
+    ei = torch.tensor([[0, 0, 1, 1, 2], [1, 1, 0, 2, 1]])
+    rev = torch.tensor([2, 2, 0, 4, 3])
+    log_phi = torch.randn(3, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    weight = torch.tensor([[1.0, -0.5], [-0.5, 1.0]], dtype=torch.float64)
+    auto = _layer(2, weight, "implicit", 100, tol=1e-12)
+    got = _grads(auto, log_phi, ei, rev_index=rev)
+    assert auto.last_kernel == "eager"
+    want = _grads(_layer(2, weight, "implicit", 100, tol=1e-12, kernel="eager"), log_phi, ei, rev_index=rev)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="paired with its own reverse"):
+        _layer(2, weight, "implicit", 100, tol=1e-12, kernel="fused")(log_phi.requires_grad_(), ei, rev_index=rev)

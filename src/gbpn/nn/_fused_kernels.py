@@ -534,13 +534,17 @@ def adjoint_nodes(rowptr, blocks, rev, known, B, Gb, Gv, gz, Gphi, first):
 
 
 @njit(nogil=True, cache=True, fastmath=_FM)
-def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, HT, Hrow, L, damping, ew, mw):
+def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, HT, Hrow, L, damping, ew, mw, exact):
     r"""The edge half of one term of the adjoint series at a fixed point (messages ``M``, beliefs
     ``b``/``B`` of every step alike), in place: :func:`backward_step`'s edge pass with
     :math:`G^v_{t+1}` and :math:`G^v_t` in one buffer. The new :math:`G^v_k` reads the old
-    :math:`G^v_{\bar k}` only, so each pair of reverse edges is taken together, by the block holding
-    the lower of the two CSR positions: both are read before either is written. ``gz`` is the node
-    half's (:func:`adjoint_nodes`); ``D`` the damping's carry (:math:`\lambda g` at a fixed point)."""
+    :math:`G^v_{\bar k}` only, so each pair of reverse edges is taken together (both read before
+    either is written) by the block holding one of its two CSR positions: the lower where their sum
+    is even, else the higher, so that the blocks get about equal shares. ``rev`` must pair every
+    edge with another. ``gz`` is the node half's (:func:`adjoint_nodes`); ``D`` the damping's carry.
+    ``exact``: ``M`` is not a fixed point (a forward that did not converge), so the step's output
+    :math:`F(M)` is computed for the derivative of its normalisation instead of taken to be ``M``
+    (one more product per edge)."""
     n_blocks = blocks.shape[0] - 1
     c = B.shape[1]
     lam = damping[0]
@@ -564,7 +568,7 @@ def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, 
                     _prefetch_row(M, rev[k + ahead], c)
                     _prefetch_row(Gv, rev[k + ahead], c)
                 r = rev[k]
-                if k < r:
+                if (k < r) == ((k + r) % 2 == 0):
                     ks[n] = k
                     ks[n + 1] = r
                     n += 2
@@ -572,28 +576,41 @@ def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, 
                 continue
             for j in range(n):
                 _cavity(cav, j, ks[j], src, rev, b, B, M, mw)
-            if lam > 0 or weighted:
+            products = lam > 0 or weighted or exact
+            if products:
                 if weighted:
                     for j in range(n):
                         _weighted_product(P, cav, j, ew[ks[j]], L, Hw)
                 else:
                     _chunk_matmul(P, HT, cav, n)
-            _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted, one)
+            _inverse_sums(zinv, P, cav, n, Hrow, products, one)
             for j in range(n):
                 k = ks[j]
                 d = dst[k]
                 r = rev[k]
                 wk = mw[k] if mw.shape[0] > 0 else one
+                for a in range(c):  # the gradient of the step's log-output, in tau until it becomes tau
+                    g = gz[d, a] - Gv[r, a]
+                    tau[a, j] = D[k, a] + wk * g if carry else wk * g
+                if exact and lam > 0:
+                    # off the fixed point the damped mix is normalised again, as the eager step does: back
+                    # through that normalisation first (at a fixed point it changes no total derivative)
+                    tot = zinv[0] * 0
+                    for a in range(c):
+                        tot += tau[a, j]
+                    for a in range(c):
+                        tau[a, j] -= ((one - lam) * P[a, j] * zinv[j] + lam * M[k, a]) * tot
                 s = zinv[0] * 0
                 for a in range(c):
-                    g = gz[d, a] - Gv[r, a]
-                    g = D[k, a] + wk * g if carry else wk * g
+                    g = tau[a, j]
+                    # the step's (damped) output: M itself at a fixed point
+                    mt = (one - lam) * P[a, j] * zinv[j] + lam * M[k, a] if exact else M[k, a]
                     if lam > 0:
-                        t = (one - lam) * g / M[k, a]
+                        t = (one - lam) * g / mt
                         s += t * P[a, j]
-                        D[k, a] = lam * g
+                        D[k, a] = lam * g * M[k, a] / mt
                     else:
-                        t = g / M[k, a]
+                        t = g / mt
                         s += g
                     tau[a, j] = t
                 ssum[j] = s * zinv[j] if lam > 0 else s

@@ -312,12 +312,15 @@ class BeliefPropagation(nn.Module):
                     pin(log_normalize(log_self)), log_H, pairs, steps, self.damping, self.tol, known_mask, clamp,
                     message_weight, return_residuals, return_messages)
                 return _outputs(pin(log_belief), residuals, log_msg, return_residuals, return_messages)
+            cuda = log_self.device.type == "cuda"
+            if why is None:
+                layout = device_csr(edge_index, rev_index, num_nodes) if cuda else csr_layout(edge_index, rev_index,
+                                                                                                num_nodes)
+                if implicit and not layout.reverse_pairs:
+                    why = "backward='implicit' on the fused kernels needs each edge paired with its own reverse edge"
             if why is None:
                 self.last_kernel = "fused"
                 phi = pin(log_normalize(log_self))
-                cuda = log_self.device.type == "cuda"
-                layout = device_csr(edge_index, rev_index, num_nodes) if cuda else csr_layout(edge_index, rev_index,
-                                                                                                num_nodes)
 
                 def csr(w: Optional[Tensor]) -> Optional[Tensor]:  # edge-ordered -> CSR-ordered
                     return w if w is None or layout.perm is None else w.index_select(0, layout.perm)

@@ -21,6 +21,7 @@ eager path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import mmap
 import warnings
@@ -104,6 +105,13 @@ class CSRLayout:
     src: np.ndarray
     dst: np.ndarray
     rev: np.ndarray
+
+    @functools.cached_property
+    def reverse_pairs(self) -> bool:
+        """Whether ``rev`` pairs every edge with another edge, whose reverse it is (what the in-place
+        implicit kernel needs; a duplicate edge or a self-loop breaks it)."""
+        E = self.rev.shape[0]
+        return bool((self.rev[self.rev] == np.arange(E)).all() and (self.rev != np.arange(E)).all())
 
     def blocks(self, threads: int) -> np.ndarray:
         """Boundaries of one node block per thread, with about equal edges + nodes each."""
@@ -284,7 +292,7 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     done = len(residuals) if tol is not None else steps
     if save:
         return b[done].clone(), residuals, M[: done + 1], B[: done + 1], b[: done + 1]
-    return b[t].clone(), residuals, M[t], B[t], b[t]
+    return b[t].clone(), residuals, M[t], B[t].clone(), b[t].clone()  # the other slots are freed
 
 
 class _FusedBP(torch.autograd.Function):
@@ -358,16 +366,16 @@ class _Adjoint:
                   per_block=(16,), classes=self.c)  # GL
         self.Gv_next, self.Gv_cur = self.Gv_cur, self.Gv_next
 
-    def term(self, b, B, M, first: bool) -> None:
+    def term(self, b, B, M, first: bool, exact: bool) -> None:
         """One term of the implicit series at the fixed point ``(b, B, M)``, in place in ``Gv_next``
-        (``first``: from the loss's gradient)."""
+        (``first``: from the loss's gradient; ``exact``: ``M`` may be off the fixed point)."""
         g, lay = self.g, self.g.layout
         k = _kernels()
         _parallel(k.adjoint_nodes, self.blocks, (lay.rowptr, lay.rev, g.known, B, self.Gb, self.Gv_next, self.gz,
                                                  self.Gphi.numpy(), first))
         _parallel(k.adjoint_pairs, self.blocks,
                   (lay.rowptr, lay.src, lay.rev, lay.dst, b, B, M, self.gz, self.Gv_next, self.D, self.GL, self.Gw,
-                   g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw),
+                   g.H, g.HT, g.Hrow, g.L, g.damping, g.ew, g.mw, exact),
                   per_block=(10,), classes=self.c)  # GL
 
     def grads(self, needs: Tuple[bool, ...]) -> Tuple[Optional[Tensor], ...]:
@@ -406,31 +414,36 @@ class _FusedImplicit(torch.autograd.Function):
         Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
         adj = _Adjoint(g, B.size(0), M.size(0), B.dtype, g_b, buffers=1)
 
-        def series(terms: int, tol: Optional[float]) -> bool:
-            """The backward of ``terms`` steps at the fixed point (all alike), the first from the loss; with
-            ``tol``, stops once the cavity gradient falls below ``tol`` times its largest so far."""
+        k = _kernels()
+
+        def series(terms: int, tol: Optional[float], exact: bool) -> Tuple[bool, int]:
+            """The backward of up to ``terms`` steps at the fixed point (all alike), the first from the loss;
+            with ``tol``, stops once the carried gradients (cavities, damping) fall below ``tol`` times
+            their largest so far. Returns whether it stopped so, and the terms that stayed finite."""
             adj.reset()
             top = 0.0
             for j in range(terms):
-                adj.term(bn, Bn, Mn, first=j == 0)
-                stats.adjoint_steps += j > 0  # the first step is the loss's own, not an adjoint term
-                size = float(_kernels().abs_max(adj.Gv_next))
+                adj.term(bn, Bn, Mn, first=j == 0, exact=exact)
+                size = max(float(k.abs_max(adj.Gv_next)), float(k.abs_max(adj.D)) if adj.D.shape[0] else 0.0)
                 if not math.isfinite(size):
-                    return False
+                    return False, j
+                stats.adjoint_steps += j > 0  # the first step is the loss's own, not an adjoint term
                 top = max(top, size)
                 if tol is not None and size <= tol * top:
-                    return True
-            return False
+                    return True, j + 1
+            return False, terms
 
         stats.backward_calls += 1
-        converged = ctx.converged and series(ctx.max_steps + 1, ctx.tol)
-        if not converged:  # the gradient of FALLBACK_STEPS steps unrolled from the fixed point
+        converged = ctx.converged and series(ctx.max_steps + 1, ctx.tol, False)[0]
+        if not converged:  # the gradient of FALLBACK_STEPS steps unrolled from the last iterate
             stats.fallbacks += 1
-            series(FALLBACK_STEPS, None)
+            finite = series(FALLBACK_STEPS, None, True)[1]
+            if finite < FALLBACK_STEPS:  # without the term that overflowed, as the eager pass does
+                series(finite, None, True)
         stats.adjoint_converged += converged
         # the first of those steps read b = pin(normalise(phi + sum of log m*)), m* held constant
-        _parallel(_kernels().adjoint_nodes, adj.blocks, (g.layout.rowptr, g.layout.rev, g.known, Bn, adj.Gb,
-                                                         adj.Gv_next, adj.gz, adj.Gphi.numpy(), False))
+        _parallel(k.adjoint_nodes, adj.blocks, (g.layout.rowptr, g.layout.rev, g.known, Bn, adj.Gb, adj.Gv_next,
+                                                adj.gz, adj.Gphi.numpy(), False))
         return adj.grads(ctx.needs_input_grad[:3]) + (None,) * 4
 
 
