@@ -506,21 +506,6 @@ def gather_reverse(rowptr, blocks, rev, Gv, out):
         _restore(old)
 
 
-@njit(nogil=True, cache=True)
-def abs_max(a):
-    """The largest ``|a|`` of a 2-d array, NaN if it holds one, without a temporary (no fastmath:
-    it must see NaN)."""
-    top = 0.0
-    for i in range(a.shape[0]):
-        for j in range(a.shape[1]):
-            x = abs(a[i, j])
-            if x > top:
-                top = x
-            elif x != x:
-                return x
-    return top
-
-
 @njit(nogil=True, cache=True, fastmath=_FM)
 def adjoint_nodes(rowptr, blocks, rev, known, B, Gb, Gv, gz, Gphi, first):
     """The node half of one term of the adjoint series at a fixed point: ``gz`` and ``Gphi``

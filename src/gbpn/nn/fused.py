@@ -181,6 +181,11 @@ def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
+def _abs_max(a: np.ndarray) -> float:
+    """The largest ``|a|`` (NaN if ``a`` holds one; 0 if empty), without a temporary array."""
+    return float(torch.linalg.vector_norm(torch.from_numpy(a), math.inf)) if a.size else 0.0
+
+
 def _np(t: Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
@@ -318,7 +323,7 @@ class _FusedBP(torch.autograd.Function):
             return _eager_backward(ctx, g, M.size(0) - 1, phi, log_H, ew, g_b, g_msg)
         steps = M.size(0) - 1
         Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
-        adj = _Adjoint(g, B.shape[1], M.size(1), B.dtype, g_b, g_msg)
+        adj = _Adjoint(g, g_b, g_msg)
         for t in range(steps, 0, -1):
             adj.step(Bn[t], bn[t - 1], Bn[t - 1], Mn[t - 1], Mn[t], first=t == steps)
         if steps:  # b^0 = phi is read by the first step's cavities
@@ -332,12 +337,13 @@ class _Adjoint:
     the gradients they accumulate: of the potentials (``Gphi``), of :math:`H` (``GL``, per block)
     and of the edge weights (``Gw``); ``Gv_next`` holds the last step's cavity gradients."""
 
-    def __init__(self, g: _Graph, n: int, E: int, dtype: torch.dtype, g_b: Optional[Tensor],
-                 g_msg: Optional[Tensor] = None, buffers: int = 2):
+    def __init__(self, g: _Graph, g_b: Optional[Tensor], g_msg: Optional[Tensor] = None, buffers: int = 2):
         c = g.H.shape[0]
+        n, E = g.layout.rowptr.shape[0] - 1, g.layout.src.shape[0]
+        np_dtype = g.H.dtype
+        dtype = torch.from_numpy(g.H).dtype
         self.g, self.c = g, c
         self.blocks = g.layout.blocks(_threads())
-        np_dtype = np.dtype(str(dtype).replace("torch.", ""))
         self.Gb = np.zeros((n, c), np_dtype) if g_b is None else _np(g_b).astype(np_dtype, copy=False)
         if g_msg is not None and g_msg.numel():
             self.D = _np(g_msg).astype(np_dtype)
@@ -412,7 +418,7 @@ class _FusedImplicit(torch.autograd.Function):
         M, B, b, phi, log_H, ew = ctx.saved_tensors
         g, stats = ctx.g, ctx.stats
         Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
-        adj = _Adjoint(g, B.size(0), M.size(0), B.dtype, g_b, buffers=1)
+        adj = _Adjoint(g, g_b, buffers=1)
 
         k = _kernels()
 
@@ -424,7 +430,7 @@ class _FusedImplicit(torch.autograd.Function):
             top = 0.0
             for j in range(terms):
                 adj.term(bn, Bn, Mn, first=j == 0, exact=exact)
-                size = max(float(k.abs_max(adj.Gv_next)), float(k.abs_max(adj.D)) if adj.D.shape[0] else 0.0)
+                size = max(_abs_max(adj.Gv_next), _abs_max(adj.D))
                 if not math.isfinite(size):
                     return False, j
                 stats.adjoint_steps += j > 0  # the first step is the loss's own, not an adjoint term
