@@ -85,6 +85,7 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
         own = counts.gather(1, part.long().unsqueeze(1)).squeeze(1)
         best, target = counts.max(1)
         cut = int((deg - own).sum()) // 2
+        logger.debug(f"refine: {100 * cut / max(pairs.size(1), 1):.2f}% of edges cut")
         if cut_before is not None and cut_before - cut < min_gain * pairs.size(1):
             break
         cut_before = cut
