@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: how nodes are split into one part per process; refined: degree-balanced "
                         "ranges improved by balanced label propagation; auto: METIS (pymetis) up to 50 M directed "
                         "edges, else refined (default: auto)")
+    p.add_argument("--per-rank", action="store_true",
+                   help="under torchrun: no gather on rank 0; every rank writes its own nodes' rows (node = the "
+                        "graph's node id) to the output name with .rankR-of-W before its suffix, for graphs whose "
+                        "N x classes probabilities do not fit on one rank")
     p.add_argument("--output", default=None, help="CSV to write (default: predictions.csv beside the checkpoint)")
 
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
@@ -407,6 +411,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
     from gbpn.training import predict
 
+    if args.per_rank and rank_and_world()[1] < 2:
+        raise GBPNError("--per-rank splits the output over the ranks of torchrun (2 or more): launch with "
+                        "torchrun, or leave it out")
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
     output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
     if rank_and_world()[1] > 1:
@@ -418,31 +425,48 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_probabilities(output: str, probs: np.ndarray, meta: dict, model, mask, known: str) -> None:
+def _write_probabilities(output: str, probs: np.ndarray, meta: dict, model, mask, known: str,
+                         nodes: Optional[torch.Tensor] = None) -> None:
     from gbpn.io import write_predictions
 
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    write_predictions(output, probs, names, mask.numpy() if mask is not None else np.zeros(len(probs), dtype=bool))
+    if mask is not None and nodes is not None:
+        mask = mask.index_select(0, nodes)
+    write_predictions(output, probs, names, mask.numpy() if mask is not None else np.zeros(len(probs), dtype=bool),
+                      nodes=None if nodes is None else nodes.numpy())
     print(f"wrote class probabilities of {len(probs)} nodes to {output} (evidence: {known})")
 
 
+def _rank_output(output: str, rank: int, world: int) -> str:
+    path = Path(output)
+    return str(path.with_name(f"{path.stem}.rank{rank}-of-{world}{path.suffix}"))
+
+
 def _partitioned_predict(args: argparse.Namespace, model, meta: dict, data, mask, known: str, output: str) -> int:
-    """``gbpn predict`` under torchrun: partitioned BP on the CPU, rank 0 writes the CSV and a JSON
-    report (partition, seconds per step, bytes per step, versions) beside it."""
-    from gbpn.distributed.inference import partitioned_predict
+    """``gbpn predict`` under torchrun: partitioned BP on the CPU; rank 0 writes the CSV (or, with
+    ``--per-rank``, every rank its own part) and a JSON report (partition, seconds per step, bytes
+    per step, the CSV files, versions) beside it."""
+    from gbpn.distributed.inference import partitioned_beliefs, partitioned_predict
     from gbpn.io import versions, write_json
 
     if args.device != "cpu":
         raise GBPNError("partitioned inference under torchrun runs on the CPU: use --device cpu")
-    log_b, report = partitioned_predict(model, data, mask, num_steps=args.num_steps,
-                                        message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
-                                        chunk=args.edge_chunk or 1 << 20, partitioner=args.partitioner,
-                                        node_chunk=args.node_chunk or 1 << 16)
-    if log_b is not None:
-        _write_probabilities(output, log_b.exp().numpy(), meta, model, mask, known)
+    kw = dict(num_steps=args.num_steps, message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
+              chunk=args.edge_chunk or 1 << 20, partitioner=args.partitioner, node_chunk=args.node_chunk or 1 << 16)
+    rank, world = rank_and_world()
+    if args.per_rank:
+        nodes, log_b, report = partitioned_beliefs(model, data, mask, **kw)
+        files = [_rank_output(output, q, world) for q in range(world)]
+        _write_probabilities(files[rank], log_b.exp().numpy(), meta, model, mask, known, nodes=nodes)
+    else:
+        log_b, report = partitioned_predict(model, data, mask, **kw)
+        files = [output]
+        if log_b is not None:
+            _write_probabilities(output, log_b.exp().numpy(), meta, model, mask, known)
+    if rank == 0:
         write_json(Path(output).with_suffix(".json"),
                    {"checkpoint": str(Path(args.checkpoint).resolve()), "known": known, "num_steps": args.num_steps,
-                    "half_messages": args.half_messages, "partitioner": args.partitioner, **report,
+                    "half_messages": args.half_messages, "partitioner": args.partitioner, "files": files, **report,
                     "versions": versions()})
     return 0
 

@@ -7,7 +7,7 @@ import platform
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -65,8 +65,10 @@ def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
-def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray) -> None:
-    """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically)."""
+def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray,
+                      nodes: Optional[np.ndarray] = None) -> None:
+    """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically);
+    ``node`` is the row number, or ``nodes[row]`` when given (a part of a partitioned graph)."""
     import csv
     import io
 
@@ -78,7 +80,8 @@ def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence
     pred = probs.argmax(1)
     header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in class_names])
     # whole columns at once: a Python loop per row is minutes at millions of nodes
-    cols = np.column_stack([np.arange(len(pred)).astype(str), np.asarray([quoted(n) for n in class_names])[pred],
+    ids = np.arange(len(pred)) if nodes is None else np.asarray(nodes)
+    cols = np.column_stack([ids.astype(str), np.asarray([quoted(n) for n in class_names])[pred],
                             known.astype(int).astype(str), np.char.mod("%.6g", probs)])
     buf = io.StringIO()
     np.savetxt(buf, cols, fmt="%s", delimiter=",", header=header, comments="")

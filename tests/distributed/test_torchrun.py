@@ -50,12 +50,29 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
     proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--partitioner", "refined", "--output",
                      str(tmp_path / "refined.csv")])
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # --per-rank: no gather, every rank writes its own nodes' rows under their graph ids
+    proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--per-rank", "--output",
+                     str(tmp_path / "parts.csv")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = json.loads((tmp_path / "parts.json").read_text())["files"]
+    assert [os.path.basename(f) for f in files] == ["parts.rank0-of-2.csv", "parts.rank1-of-2.csv"]
+    assert not (tmp_path / "parts.csv").exists()
+    merged = {}
+    for f in files:
+        rows = probabilities(f)
+        with open(f) as fh:
+            ids = [int(r["node"]) for r in csv.DictReader(fh)]
+        assert ids == sorted(ids) and not merged.keys() & set(ids)  # each node in exactly one part
+        merged.update(zip(ids, rows))
     one = probabilities(tmp_path / "one.csv")
-    for name in ("two.csv", "refined.csv"):
-        two = probabilities(tmp_path / name)
+    for two in (probabilities(tmp_path / "two.csv"), probabilities(tmp_path / "refined.csv"),
+                [merged[i] for i in range(len(merged))]):
         assert len(one) == len(two)
         worst = max(abs(a - b) for ra, rb in zip(one, two) for a, b in zip(ra, rb))
         assert worst < 1e-5  # partitioned equals single-process inference (the CSV keeps 6 decimals)
+    with open(tmp_path / "one.csv") as a, open(files[0]) as b:  # the same evidence column
+        known = {r["node"]: r["known"] for r in csv.DictReader(a)}
+        assert all(known[r["node"]] == r["known"] for r in csv.DictReader(b))
 
 
 def test_interrupted_distributed_training_resumes(tmp_path):
@@ -89,6 +106,11 @@ def test_full_batch_training_under_torchrun_is_refused(tmp_path):
     assert "gbpn train: error: training under torchrun is data-parallel" in proc.stderr
     # torchrun's launcher prints its own traceback of the failed children; none comes from gbpn
     assert "gbpn/cli.py" not in proc.stderr and "GBPNError" not in proc.stderr
+
+
+def test_per_rank_output_needs_torchrun(capsys):
+    assert main(["predict", "--checkpoint", "nowhere.pt", "--per-rank"]) == 2
+    assert "--per-rank splits the output over the ranks of torchrun" in capsys.readouterr().err
 
 
 def test_single_process_commands_refuse_torchrun(monkeypatch, capsys):

@@ -53,7 +53,18 @@ def local_self_potential(model: GBPN, data: Data, nodes: Tensor, node_chunk: int
 
 
 @torch.no_grad()
-def partitioned_predict(
+def partitioned_predict(model: GBPN, data: Data, known_mask: Optional[Tensor] = None, **kw) -> Tuple[Optional[Tensor], Dict]:
+    """Log-beliefs ``[N, c]`` of the whole graph on rank 0 (``None`` on the others) and the report
+    of :func:`partitioned_beliefs` (keyword arguments as there): every rank's rows are gathered
+    on rank 0, which needs ``N x c`` there. Outside ``torchrun`` this is single-process in-place
+    inference."""
+    nodes, local, report = partitioned_beliefs(model, data, known_mask, **kw)
+    rank, world = rank_and_world()
+    return _gather(local, nodes, data.num_nodes, rank, world), report
+
+
+@torch.no_grad()
+def partitioned_beliefs(
     model: GBPN,
     data: Data,
     known_mask: Optional[Tensor] = None,
@@ -63,13 +74,14 @@ def partitioned_predict(
     partitioner: str = "auto",
     round_rows: int = 1 << 18,
     node_chunk: int = 1 << 16,
-) -> Tuple[Optional[Tensor], Dict]:
-    """Log-beliefs ``[N, c]`` on rank 0 (``None`` on the others) and a report: the partition
-    (parts, cut fraction, nodes, local edges, cut edges and halo per part), seconds per step and
-    bytes sent per step by every rank.
+) -> Tuple[Tensor, Tensor, Dict]:
+    """This rank's nodes (global ids, ascending), their log-beliefs ``[n_r, c]`` and a report: the
+    partition (parts, cut fraction, nodes, local edges, cut edges and halo per part), seconds per
+    step and bytes sent per step by every rank. Nothing is gathered: for graphs whose ``N x c``
+    beliefs do not fit on one rank, each rank writes its own rows.
 
     Nodes in ``known_mask`` are clamped to ``data.y``. ``round_rows`` bounds the cut-edge rows in
-    flight per peer. Outside ``torchrun`` this is single-process in-place inference."""
+    flight per peer."""
     model.eval()
     rank, world = rank_and_world()
     pairs = graph_pairs(data)
@@ -113,7 +125,7 @@ def partitioned_predict(
         logger.info(f"communication: {sum(sent) / 1e6:.1f} MB sent per BP step in all "
                     f"({', '.join(f'rank {q} {b / 1e6:.1f} MB' for q, b in enumerate(sent))}); "
                     f"{100 * summary['cut_fraction']:.1f}% of edges cut")
-    return _gather(log_belief, mine.nodes, num_nodes, rank, world), report
+    return mine.nodes, log_belief, report
 
 
 def _boundary(mine: Part, world: int, round_rows: int) -> Boundary:
