@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> None:
     t = time.perf_counter()
     log_b, report = partitioned_predict(model, data, labels["train"], num_steps=args.steps,
                                         message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
-                                        chunk=args.chunk, partitioner=args.partitioner)
+                                        chunk=args.chunk, partitioner=args.partitioner, parts_file=args.parts_file)
     seconds = time.perf_counter() - t
     peaks = all_gather_object(peak_gb())
     if world > 1:
@@ -125,6 +125,8 @@ def main() -> None:
     r.add_argument("--half-messages", action="store_true", help="store messages in bfloat16")
     r.add_argument("--chunk", type=int, default=1 << 18, help="pairs per chunk (default: 2^18)")
     r.add_argument("--partitioner", choices=list(PARTITIONERS), default="auto")
+    r.add_argument("--parts-file", default=None,
+                   help="under torchrun: node parts read from here if present, else computed and saved here")
     r.add_argument("--save", default=None, help="write the log-beliefs here (rank 0)")
     r.add_argument("--compare", default=None, help="log-beliefs saved by --save in an earlier run")
     r.add_argument("--json", default=None, help="write the numbers here as JSON")

@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: how nodes are split into one part per process; refined: degree-balanced "
                         "ranges improved by balanced label propagation; auto: METIS (pymetis) up to 50 M directed "
                         "edges, else refined (default: auto)")
+    p.add_argument("--parts-file", default=None,
+                   help="under torchrun: read the node parts from this file when it exists (made by an earlier run "
+                        "on the same graph with as many processes), else partition and save them there")
     p.add_argument("--per-rank", action="store_true",
                    help="under torchrun: no gather on rank 0; every rank writes its own nodes' rows (node = the "
                         "graph's node id) to the output name with .rankR-of-W before its suffix, for graphs whose "
@@ -411,9 +414,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
     from gbpn.training import predict
 
-    if args.per_rank and rank_and_world()[1] < 2:
-        raise GBPNError("--per-rank splits the output over the ranks of torchrun (2 or more): launch with "
-                        "torchrun, or leave it out")
+    for flag, given in (("--per-rank", args.per_rank), ("--parts-file", args.parts_file)):
+        if given and rank_and_world()[1] < 2:
+            raise GBPNError(f"{flag} is for partitioned inference over the ranks of torchrun (2 or more): launch "
+                            "with torchrun, or leave it out")
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
     output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
     if rank_and_world()[1] > 1:
@@ -452,7 +456,8 @@ def _partitioned_predict(args: argparse.Namespace, model, meta: dict, data, mask
     if args.device != "cpu":
         raise GBPNError("partitioned inference under torchrun runs on the CPU: use --device cpu")
     kw = dict(num_steps=args.num_steps, message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
-              chunk=args.edge_chunk or 1 << 20, partitioner=args.partitioner, node_chunk=args.node_chunk or 1 << 16)
+              chunk=args.edge_chunk or 1 << 20, partitioner=args.partitioner, node_chunk=args.node_chunk or 1 << 16,
+              parts_file=args.parts_file)
     rank, world = rank_and_world()
     if args.per_rank:
         nodes, log_b, report = partitioned_beliefs(model, data, mask, **kw)

@@ -4,7 +4,16 @@ from collections import Counter
 import pytest
 import torch
 
-from gbpn.distributed.partition import build_part, degree, partition, range_parts, refine_parts
+from gbpn.distributed.partition import (
+    build_part,
+    degree,
+    load_parts,
+    partition,
+    range_parts,
+    refine_parts,
+    save_parts,
+)
+from gbpn.errors import GBPNError
 from gbpn.nn import BeliefPropagation
 from gbpn.nn.functional import clamp_log_potential, log_normalize
 from gbpn.nn.pairs import Boundary, pair_bp
@@ -144,6 +153,25 @@ def test_refinement_shared_by_ranks_equals_one_process(world):
     assert not torch.equal(alone, start)
     for r in range(world):
         assert torch.equal(got[r], alone)
+
+
+def test_parts_file_round_trip_and_refusals(tmp_path):
+    n, pairs = 600, planted_pairs(600, 2, 3000, 0.9, 1)
+    part = partition(pairs, n, 2, "refined")
+    path = tmp_path / "parts.pt"
+    assert load_parts(path, n, pairs.size(1), 2) is None  # no file yet: partition
+    save_parts(path, part, pairs.size(1), "refined")
+    got, method = load_parts(path, n, pairs.size(1), 2)
+    assert torch.equal(got, part) and method == "refined"
+    with pytest.raises(GBPNError, match="3 processes"):
+        load_parts(path, n, pairs.size(1), 3)
+    with pytest.raises(GBPNError, match="graph with 600 nodes"):
+        load_parts(path, n + 1, pairs.size(1), 2)
+    with pytest.raises(GBPNError, match="graph with 600 nodes and"):
+        load_parts(path, n, pairs.size(1) - 1, 2)
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(GBPNError, match="corrupt or not a gbpn parts file"):
+        load_parts(path, n, pairs.size(1), 2)
 
 
 def test_edgeless_graph_has_parts():

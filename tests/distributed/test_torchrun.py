@@ -39,9 +39,12 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
     assert trial["last_loss"] < trial["first_loss"]
     assert trial["test_accuracy"] > 0.6
 
-    proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--output", str(tmp_path / "two.csv")])
+    parts = tmp_path / "parts.pt"
+    proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--output", str(tmp_path / "two.csv"),
+                     "--parts-file", str(parts)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "partition: 2 part(s)" in proc.stderr and "sent per BP step" in proc.stderr
+    assert parts.is_file() and "read from" not in proc.stderr
     report = json.loads((tmp_path / "two.json").read_text())
     assert report["partition"]["parts"] == 2 and 0 < report["partition"]["cut_fraction"] < 1
     assert all(b > 0 for b in report["bytes_sent_per_step"])
@@ -51,9 +54,11 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
                      str(tmp_path / "refined.csv")])
     assert proc.returncode == 0, proc.stderr[-3000:]
     # --per-rank: no gather, every rank writes its own nodes' rows under their graph ids
+    # (and the parts of the first run, read from its file: partitioning is skipped)
     proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--per-rank", "--output",
-                     str(tmp_path / "parts.csv")])
+                     str(tmp_path / "parts.csv"), "--parts-file", str(parts)])
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"read from {parts}" in proc.stderr
     files = json.loads((tmp_path / "parts.json").read_text())["files"]
     assert [os.path.basename(f) for f in files] == ["parts.rank0-of-2.csv", "parts.rank1-of-2.csv"]
     assert not (tmp_path / "parts.csv").exists()
@@ -108,9 +113,10 @@ def test_full_batch_training_under_torchrun_is_refused(tmp_path):
     assert "gbpn/cli.py" not in proc.stderr and "GBPNError" not in proc.stderr
 
 
-def test_per_rank_output_needs_torchrun(capsys):
-    assert main(["predict", "--checkpoint", "nowhere.pt", "--per-rank"]) == 2
-    assert "--per-rank splits the output over the ranks of torchrun" in capsys.readouterr().err
+@pytest.mark.parametrize("flag", [["--per-rank"], ["--parts-file", "parts.pt"]])
+def test_partitioned_inference_options_need_torchrun(flag, capsys):
+    assert main(["predict", "--checkpoint", "nowhere.pt", *flag]) == 2
+    assert f"{flag[0]} is for partitioned inference over the ranks of torchrun" in capsys.readouterr().err
 
 
 def test_single_process_commands_refuse_torchrun(monkeypatch, capsys):

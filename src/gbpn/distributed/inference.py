@@ -20,7 +20,16 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.distributed import all_gather_object, all_to_all_rows, broadcast_object, rank_and_world
-from gbpn.distributed.partition import Part, build_part, partition, partition_summary, resolve_partitioner
+from gbpn.distributed.partition import (
+    Part,
+    build_part,
+    load_parts,
+    partition,
+    partition_summary,
+    resolve_partitioner,
+    save_parts,
+)
+from gbpn.errors import GBPNError
 from gbpn.nn.functional import clamp_log_potential, log_normalize
 from gbpn.nn.model import GBPN
 from gbpn.nn.pairs import Boundary, pair_bp
@@ -74,6 +83,7 @@ def partitioned_beliefs(
     partitioner: str = "auto",
     round_rows: int = 1 << 18,
     node_chunk: int = 1 << 16,
+    parts_file: Optional[str] = None,
 ) -> Tuple[Tensor, Tensor, Dict]:
     """This rank's nodes (global ids, ascending), their log-beliefs ``[n_r, c]`` and a report: the
     partition (parts, cut fraction, nodes, local edges, cut edges and halo per part), seconds per
@@ -81,24 +91,24 @@ def partitioned_beliefs(
     beliefs do not fit on one rank, each rank writes its own rows.
 
     Nodes in ``known_mask`` are clamped to ``data.y``. ``round_rows`` bounds the cut-edge rows in
-    flight per peer."""
+    flight per peer. ``parts_file``: the node parts are read from there when it exists (written by
+    an earlier run on the same graph and number of ranks), else computed and saved there, so
+    repeated inference partitions once, as an offline step would."""
     model.eval()
     rank, world = rank_and_world()
     pairs = graph_pairs(data)
     num_nodes, c = data.num_nodes, model.num_classes
     start = time.perf_counter()
-    method = broadcast_object(resolve_partitioner(partitioner, pairs.size(1)) if rank == 0 else None)
-    if method == "refined" and world > 1:  # every rank counts its share of the edges, the same moves follow
-        part = partition(pairs, num_nodes, world, method, share=(rank, world), all_reduce=dist.all_reduce)
-    else:
-        part = broadcast_object(partition(pairs, num_nodes, world, method) if rank == 0 else None)
+    part, method = _node_parts(pairs, num_nodes, rank, world, partitioner, parts_file if world > 1 else None)
     mine = build_part(pairs, part, rank, world)
     summary = partition_summary(all_gather_object(mine.stats()), pairs.size(1))
     summary["partition_seconds"] = time.perf_counter() - start
+    summary["method"] = method
     if rank == 0:
         logger.info(f"partition: {world} part(s), {100 * summary['cut_fraction']:.1f}% of {pairs.size(1)} edges cut; "
                     + "; ".join(f"part {q}: {s['nodes']} nodes, {s['local_pairs']} local edges, {s['cut_edges']} cut, "
-                                f"halo {s['halo']}" for q, s in enumerate(summary["per_part"])))
+                                f"halo {s['halo']}" for q, s in enumerate(summary["per_part"]))
+                    + f"; {method}, {summary['partition_seconds']:.1f} s")
     log_self = local_self_potential(model, data, mine.nodes, node_chunk)
     known_idx = clamp = None
     if known_mask is not None:
@@ -126,6 +136,33 @@ def partitioned_beliefs(
                     f"({', '.join(f'rank {q} {b / 1e6:.1f} MB' for q, b in enumerate(sent))}); "
                     f"{100 * summary['cut_fraction']:.1f}% of edges cut")
     return mine.nodes, log_belief, report
+
+
+def _node_parts(pairs: Tensor, num_nodes: int, rank: int, world: int, partitioner: str,
+                parts_file: Optional[str]) -> Tuple[Tensor, str]:
+    """Every node's part and how it was found: read from ``parts_file`` (rank 0 reads, all receive;
+    an unfit file fails on every rank, not only on rank 0), else :func:`partition`, saved by rank 0
+    to ``parts_file`` when one is named."""
+    if parts_file is not None:
+        loaded, error = None, None
+        if rank == 0:
+            try:
+                loaded = load_parts(parts_file, num_nodes, pairs.size(1), world)
+            except GBPNError as err:
+                error = str(err)
+        loaded, error = broadcast_object((loaded, error))
+        if error is not None:
+            raise GBPNError(error)
+        if loaded is not None:
+            return loaded[0], f"{loaded[1]} (read from {parts_file})"
+    method = broadcast_object(resolve_partitioner(partitioner, pairs.size(1)) if rank == 0 else None)
+    if method == "refined" and world > 1:  # every rank counts its share of the edges, the same moves follow
+        part = partition(pairs, num_nodes, world, method, share=(rank, world), all_reduce=dist.all_reduce)
+    else:
+        part = broadcast_object(partition(pairs, num_nodes, world, method) if rank == 0 else None)
+    if parts_file is not None and rank == 0:
+        save_parts(parts_file, part, pairs.size(1), method)
+    return part, method
 
 
 def _boundary(mine: Part, world: int, round_rows: int) -> Boundary:

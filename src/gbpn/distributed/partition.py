@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -143,6 +144,36 @@ def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto
         return metis_parts(pairs, num_nodes, num_parts)
     part = range_parts(pairs, num_nodes, num_parts)
     return refine_parts(pairs, part, num_parts, share=share, all_reduce=all_reduce) if method == "refined" else part
+
+
+def save_parts(path: str | Path, part: Tensor, num_pairs: int, method: str) -> None:
+    """Write node parts ``[N]`` for :func:`load_parts` (atomically), with the graph's size and the method."""
+    from gbpn.io import atomic_write
+
+    payload = {"part": part.to(torch.int32), "num_pairs": int(num_pairs), "method": method}
+    atomic_write(path, lambda fh: torch.save(payload, fh), mode="wb")
+
+
+def load_parts(path: str | Path, num_nodes: int, num_pairs: int, num_parts: int) -> Optional[Tuple[Tensor, str]]:
+    """The parts and method :func:`save_parts` wrote to ``path``; ``None`` if there is no such file.
+    A file that does not fit this graph (node or edge count) or this number of parts is an error."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        part, pairs, method = saved["part"], int(saved["num_pairs"]), str(saved["method"])
+    except Exception as err:
+        raise GBPNError(f"{path} is corrupt or not a gbpn parts file ({type(err).__name__}): delete it to "
+                        "partition again") from None
+    if part.dim() != 1 or part.numel() != num_nodes or pairs != num_pairs:
+        raise GBPNError(f"{path} holds parts of a graph with {part.numel()} nodes and {pairs} edges, this one has "
+                        f"{num_nodes} and {num_pairs}: delete it or give another parts file")
+    found = int(part.max()) + 1 if part.numel() else 0
+    if part.numel() and (int(part.min()) < 0 or found != num_parts):
+        raise GBPNError(f"{path} splits the graph into {found} parts, this run has {num_parts} processes: "
+                        "run with as many, or give another parts file")
+    return part.to(torch.int32), method
 
 
 @dataclass
