@@ -294,6 +294,13 @@ def test_your_own_splits_are_used_as_trial_mod_s(tmp_path, capsys):
     np.savez(g / "splits.npz", train=masks[0, 0], val=masks[1, 0])
     code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "x")], capsys)
     assert code == 2 and "test" in err and err.count("\n") == 1
+    # an empty part would leave model selection or the score without nodes (NaN): refused, 0/1 masks too
+    for empty in (1, 2):
+        bad = masks.astype(np.int8)
+        bad[empty, 1] = 0
+        np.savez(g / "splits.npz", train=bad[0], val=bad[1], test=bad[2])
+        code, _, err = run(["train", "--dataset", str(g), "--output", str(tmp_path / "x")], capsys)
+        assert code == 2 and f"split 1 has no {('validation', 'test')[empty - 1]} node" in err
 
 
 def test_file_name_mistakes_get_errors_that_name_them(tmp_path, capsys):

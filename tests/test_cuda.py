@@ -14,6 +14,7 @@ from gbpn.cli import main
 from gbpn.config import TrainConfig
 from gbpn.data import load_dataset
 from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.functional import reverse_edge_index
 from gbpn.training import fit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -32,7 +33,8 @@ def _implicit_grads(device, damping, edge_weight, kernel="auto"):
     layer = layer.to(device)
     kw = {"known_labels": (torch.arange(n) % c).to(device), "known_mask": (torch.arange(n) % 4 == 1).to(device)}
     if edge_weight:
-        kw["edge_weight"] = torch.rand(ei.size(1), generator=g, dtype=torch.float64).to(device) + 0.5
+        w = torch.rand(ei.size(1), generator=g, dtype=torch.float64) + 0.5
+        kw["edge_weight"] = torch.minimum(w, w[reverse_edge_index(ei, n)]).to(device)  # symmetric
     log_phi = log_phi.to(device).requires_grad_()
     out = layer(log_phi, ei.to(device), **kw)
     loss = (out * torch.arange(out.numel(), dtype=out.dtype, device=device).view_as(out).sin()).sum()

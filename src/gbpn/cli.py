@@ -288,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="grid kinds to sample and learn (default: ising+ ising- mrf+ mrf-)")
     ai.add_argument("--epochs", type=int, default=500, help="training epochs per grid (default: 500)")
     ai.add_argument("--seed", type=int, default=0, help="seed of the samplers and the training (default: 0)")
+    ai.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     ai.add_argument("--output", default="runs/identifiability", help="folder (default: runs/identifiability)")
 
     e = sub.add_parser("explain", parents=common,
@@ -315,6 +316,8 @@ def _recorded_run(path: str) -> tuple:
     from gbpn.config import TrainConfig
     from gbpn.io import read_json
 
+    if not Path(path).is_file():
+        raise GBPNError(f"--config {path}: no such file (give the config.json of an earlier run folder)")
     try:
         rec = read_json(path)
         fields = {f.name for f in dataclasses.fields(TrainConfig)}

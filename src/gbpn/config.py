@@ -91,8 +91,10 @@ class TrainConfig:
                             f"{self.train_frac} and {self.val_frac}")
         if self.variant not in VARIANTS:
             raise GBPNError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        if self.epochs < 1 or self.num_steps < 0 or self.hidden < 1:
-            raise GBPNError("epochs and hidden size must be positive, num_steps non-negative")
+        for name, value, least in (("epochs", self.epochs, 1), ("num_steps", self.num_steps, 0),
+                                   ("hidden", self.hidden, 1)):
+            if not isinstance(value, int) or value < least:
+                raise GBPNError(f"{name} must be a whole number >= {least}, got {value}")
         resolve_device(self.device)
         if self.patience is not None and self.patience < 1:
             raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")

@@ -6,6 +6,7 @@ scores in :mod:`gbpn.metrics`.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from dataclasses import replace
@@ -29,6 +30,8 @@ from gbpn.objective import (
     empirical_coupling,
     marginal_nll,
 )
+
+logger = logging.getLogger("gbpn")
 
 
 @dataclass
@@ -349,8 +352,12 @@ def fit(
         config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0]))
     if config.potential != "auto":
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
-    results = [_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch)
-               for cand in auto_candidates(config)]
+    candidates, results = auto_candidates(config), []
+    for k, cand in enumerate(candidates):
+        results.append(_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch))
+        m = results[-1].metrics  # a line per candidate: one trial of auto trains several models
+        logger.info(f"{desc}: potential candidate {k + 1}/{len(candidates)} {candidate_name(cand)}: val "
+                    f"{config.metric} {m[f'val_{config.metric}']:.4f} ({m['train_seconds']:.0f} s)")
     best = results[select_by_validation([r.metrics[f"val_{config.metric}"] for r in results])]
     best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
                                        for r in results]

@@ -77,6 +77,14 @@ def test_a_text_row_in_the_middle_names_its_line(tmp_path):
         load_byo(tmp_path / "g")
 
 
+def test_a_short_row_names_its_line(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "features.csv").write_text("a,b,c\n1,2,3\n\n4,5\n6,7,8\n")
+    (tmp_path / "g" / "edges.csv").write_text("0,1\n")
+    with pytest.raises(GBPNError, match="line 4 has 2 value.s. where the other rows have 3"):
+        load_byo(tmp_path / "g")
+
+
 def test_empty_edges_file_is_a_graph_without_edges(tmp_path, caplog):
     x, _, y = _graph()
     (tmp_path / "g").mkdir()

@@ -169,3 +169,23 @@ def test_wide_coupling_is_refused_in_float32_and_exact_in_float64():
         layer.float()(log_phi.float(), undirected(edges))
     out = layer.double()(log_phi, undirected(edges))
     torch.testing.assert_close(out.exp(), brute_force_marginals(2, edges, log_phi, log_H), rtol=0, atol=1e-9)
+
+
+def test_asymmetric_edge_weight_is_refused_however_the_graph_is_given():
+    w = torch.arange(1.0, RING.size(1) + 1)  # every edge its own weight: (i, j) and (j, i) differ
+    adj = torch.sparse_coo_tensor(RING, w, (5, 5))
+    for args, kw in [((RING, w), {}), ((RING, w), {"rev_index": reverse_edge_index(RING, 5)}), ((adj,), {})]:
+        with pytest.raises(ValueError, match="edge_weight must be symmetric"):
+            _layer()(torch.randn(5, 3), *args, **kw)
+
+
+def test_symmetric_normalisation_rounding_is_accepted():
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    g = torch.Generator().manual_seed(0)
+    ei = undirected([(i, j) for i in range(30) for j in range(i + 1, 30) if torch.rand(1, generator=g) < 0.3])
+    half = torch.rand(ei.size(1) // 2, generator=g) + 0.5
+    # D^-1/2 A D^-1/2 multiplies the two directions' factors in different orders
+    ei, w = gcn_norm(ei, torch.cat([half, half]), num_nodes=30, add_self_loops=False)
+    out = _layer()(torch.randn(30, 3), ei, w)
+    assert torch.isfinite(out).all()

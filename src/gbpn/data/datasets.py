@@ -396,7 +396,27 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
     except ValueError:
         raise GBPNError(f"{path} {_first_non_number(path, sep, skip)}"
                         + ("; pass --header if the first line is a header" if header is False else "")) from None
+    if rows.size and np.isnan(rows).any():
+        _check_row_lengths(path, sep, skip, rows)
     return _Table(path, first, rows)
+
+
+def _check_row_lengths(path: Path, sep: str, skip: int, rows: np.ndarray) -> None:
+    """pandas pads a short row with NaN: name the line instead of reporting NaN features later."""
+    import re
+
+    first_nan = int(np.isnan(rows).any(1).nonzero()[0][0])
+    with open(path, errors="replace") as fh:
+        data_lines = ((k + 1, line) for k, line in enumerate(fh) if line.strip())
+        for _ in range(skip):
+            next(data_lines, None)
+        for r, (line_no, line) in enumerate(data_lines):
+            if r == first_nan:
+                count = len(line.split(",") if sep == "," else re.split(sep, line.strip()))
+                if count < rows.shape[1]:
+                    raise GBPNError(f"{path} line {line_no} has {count} value(s) where the other rows have "
+                                    f"{rows.shape[1]}: every row needs one value per column")
+                return
 
 
 def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
@@ -460,15 +480,18 @@ def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
     masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in masks]
     shapes = {m.shape for m in masks}
     if len(shapes) != 1 or masks[0].ndim != 2 or masks[0].shape[1] != num_nodes:
-        raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] with N = {num_nodes} nodes, "
-                        f"got {', '.join(str(m.shape) for m in masks)}")
+        raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] boolean masks with N = {num_nodes} "
+                        f"nodes, got {', '.join(str(m.shape) for m in masks)} (from node indices idx: "
+                        "mask = np.zeros(N, bool); mask[idx] = True)")
     if any(m.dtype != np.bool_ and not np.isin(m, (0, 1)).all() for m in masks):
         raise GBPNError(f"{path}: masks must be boolean (or 0/1)")
     out = torch.from_numpy(np.stack(masks).astype(bool))
     if bool((out.sum(0) > 1).any()):
         raise GBPNError(f"{path}: a node is in more than one of train, val and test in the same split")
-    if bool((out[0].sum(-1) == 0).any()):
-        raise GBPNError(f"{path}: some split has no training node")
+    for name, m in zip(("training", "validation", "test"), out):
+        empty = (m.sum(-1) == 0).nonzero().view(-1)
+        if empty.numel():  # model selection and the reported score need nodes in each part
+            raise GBPNError(f"{path}: split {int(empty[0])} has no {name} node; every split needs some of each")
     return out
 
 
@@ -558,6 +581,9 @@ def load_dataset(
     """
     key = ALIASES.get(name.lower(), name.lower())
     root = data_root(data_dir)
+    if sample != 0 and key not in REFERENCE_GRIDS and not key.startswith("synth-"):
+        raise GBPNError(f"--sample {sample} picks a label sample of a synthetic grid (ising+, ising-, mrf+, mrf-, "
+                        f"synth-*); {name} has one labelling: leave --sample out")
     if key in PLANETOID:
         data = _planetoid(key, root)
     elif key in COAUTHOR:

@@ -105,7 +105,8 @@ def partitioned_beliefs(
     summary["partition_seconds"] = time.perf_counter() - start
     summary["method"] = method
     if rank == 0:
-        logger.info(f"partition: {world} part(s), {100 * summary['cut_fraction']:.1f}% of {pairs.size(1)} edges cut; "
+        logger.info(f"partition: {world} part(s), {100 * summary['cut_fraction']:.1f}% of {pairs.size(1)} "
+                    "undirected edges cut; "
                     + "; ".join(f"part {q}: {s['nodes']} nodes, {s['local_pairs']} local edges, {s['cut_edges']} cut, "
                                 f"halo {s['halo']}" for q, s in enumerate(summary["per_part"]))
                     + f"; {method}, {summary['partition_seconds']:.1f} s")

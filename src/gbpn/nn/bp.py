@@ -25,7 +25,7 @@ from gbpn.nn.fused import csr_layout, fused_bp, fused_implicit_bp, fused_unavail
 from gbpn.nn.fused_triton import device_csr, triton_bp, triton_unavailable
 from gbpn.nn.pairs import LINEAR_MAX_SPREAD, pair_bp
 from gbpn.nn.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
-from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs
+from gbpn.nn.validation import check_bp_inputs, check_coupling_range, check_pairs, check_symmetric_weight
 
 
 
@@ -277,6 +277,8 @@ class BeliefPropagation(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
+            if not compiling:
+                check_symmetric_weight(edge_weight, rev_index)
         implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
         log_H = self.coupling.log_H.to(log_self.dtype)
         if not compiling:

@@ -90,8 +90,8 @@ def check_bp_inputs(
                              "compute it with gbpn.nn.functional.reverse_edge_index")
     _check_per_edge("edge_weight", edge_weight, num_edges)
     _check_per_edge("message_weight", message_weight, num_edges)
-    if edge_weight is not None and rev_index is not None and not torch.equal(edge_weight, edge_weight[rev_index]):
-        raise ValueError("edge_weight must be symmetric: edge (i, j) and its reverse (j, i) share one coupling")
+    if rev_index is not None:
+        check_symmetric_weight(edge_weight, rev_index)
     if known_mask is not None:
         if known_mask.dtype != torch.bool or known_mask.shape != (num_nodes,):
             raise ValueError(f"known_mask must be a bool tensor [{num_nodes}] (True = clamped), got "
@@ -104,6 +104,21 @@ def check_bp_inputs(
             lab = known_labels[known_mask]
             if lab.numel() and (int(lab.min()) < 0 or int(lab.max()) >= num_classes):
                 raise ValueError(f"known_labels of clamped nodes must lie in 0..{num_classes - 1}")
+
+
+def check_symmetric_weight(edge_weight: Optional[Tensor], rev_index: Tensor) -> None:
+    """Raise ``ValueError`` unless edge (i, j) and its reverse (j, i) carry the same weight, up to
+    rounding (a symmetric normalisation such as ``gcn_norm`` multiplies in another order for the
+    two directions)."""
+    if not _enabled or edge_weight is None or edge_weight.numel() == 0:
+        return
+    w = edge_weight.detach()
+    rev = w.index_select(0, rev_index)
+    if not bool(torch.isclose(w, rev, rtol=1e-5, atol=0.0).all()):
+        k = int((~torch.isclose(w, rev, rtol=1e-5, atol=0.0)).nonzero()[0])
+        raise ValueError(f"edge_weight must be symmetric: edge (i, j) and its reverse (j, i) share one coupling, "
+                         f"but edge {k} has {float(w[k]):g} and its reverse {float(rev[k]):g}; symmetrise it, "
+                         "e.g. with torch_geometric.utils.to_undirected(edge_index, edge_weight, reduce='mean')")
 
 
 def check_pairs(pairs: Tensor, num_nodes: int) -> None:
