@@ -20,14 +20,13 @@ from gbpn.training import fit
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
 
-def _implicit_grads(device, damping, edge_weight, kernel="auto"):
+def _implicit_grads(device, damping, edge_weight):
     n, c = 40, 4
     ei = random_graph(n, 0.12, seed=3)
     g = torch.Generator().manual_seed(0)
     log_phi = torch.randn(n, c, generator=g, dtype=torch.float64)
     weight = 0.5 * torch.randn(c, c, generator=g, dtype=torch.float64)
-    layer = BeliefPropagation(c, num_steps=500, backward="implicit", tol=1e-12, damping=damping,
-                              kernel=kernel).double()
+    layer = BeliefPropagation(c, num_steps=500, backward="implicit", tol=1e-12, damping=damping).double()
     with torch.no_grad():
         layer.coupling.weight.copy_(weight)
     layer = layer.to(device)

@@ -173,7 +173,7 @@ def test_wide_coupling_is_refused_in_float32_and_exact_in_float64():
 
 def test_asymmetric_edge_weight_is_refused_however_the_graph_is_given():
     w = torch.arange(1.0, RING.size(1) + 1)  # every edge its own weight: (i, j) and (j, i) differ
-    adj = torch.sparse_coo_tensor(RING, w, (5, 5))
+    adj = torch.sparse_coo_tensor(RING, w, (5, 5), check_invariants=True)
     for args, kw in [((RING, w), {}), ((RING, w), {"rev_index": reverse_edge_index(RING, 5)}), ((adj,), {})]:
         with pytest.raises(ValueError, match="edge_weight must be symmetric"):
             _layer()(torch.randn(5, 3), *args, **kw)

@@ -277,8 +277,8 @@ class BeliefPropagation(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
-            if not compiling:
-                check_symmetric_weight(edge_weight, rev_index)
+        if not compiling:  # given or computed, the reverse index pairs each weight with its reverse's
+            check_symmetric_weight(edge_weight, rev_index)
         implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
         log_H = self.coupling.log_H.to(log_self.dtype)
         if not compiling:

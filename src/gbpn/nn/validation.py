@@ -90,8 +90,6 @@ def check_bp_inputs(
                              "compute it with gbpn.nn.functional.reverse_edge_index")
     _check_per_edge("edge_weight", edge_weight, num_edges)
     _check_per_edge("message_weight", message_weight, num_edges)
-    if rev_index is not None:
-        check_symmetric_weight(edge_weight, rev_index)
     if known_mask is not None:
         if known_mask.dtype != torch.bool or known_mask.shape != (num_nodes,):
             raise ValueError(f"known_mask must be a bool tensor [{num_nodes}] (True = clamped), got "
@@ -114,8 +112,9 @@ def check_symmetric_weight(edge_weight: Optional[Tensor], rev_index: Tensor) -> 
         return
     w = edge_weight.detach()
     rev = w.index_select(0, rev_index)
-    if not bool(torch.isclose(w, rev, rtol=1e-5, atol=0.0).all()):
-        k = int((~torch.isclose(w, rev, rtol=1e-5, atol=0.0)).nonzero()[0])
+    apart = ~torch.isclose(w, rev, rtol=1e-5, atol=0.0)
+    if bool(apart.any()):
+        k = int(apart.nonzero()[0])
         raise ValueError(f"edge_weight must be symmetric: edge (i, j) and its reverse (j, i) share one coupling, "
                          f"but edge {k} has {float(w[k]):g} and its reverse {float(rev[k]):g}; symmetrise it, "
                          "e.g. with torch_geometric.utils.to_undirected(edge_index, edge_weight, reduce='mean')")
