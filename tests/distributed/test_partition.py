@@ -10,6 +10,7 @@ from gbpn.distributed.partition import (
     load_parts,
     partition,
     range_parts,
+    _part_counter,
     refine_parts,
     save_parts,
 )
@@ -109,6 +110,19 @@ def test_refinement_cuts_fewer_edges_and_keeps_the_work_balanced(parts):
     assert cut_fraction(pairs, refined) < 0.5 * cut_fraction(pairs, start)
     assert torch.equal(refined, refine_parts(pairs, start, parts, iterations=30))  # seeded
     assert torch.equal(refine_parts(pairs, start, parts, iterations=0), start)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_neighbour_counts_per_part_are_exact(parts, index_dtype):
+    n, pairs = 500, planted_pairs(500, parts, 4000, 0.7, 2).to(index_dtype)
+    part = torch.randint(0, parts, (n,), generator=torch.Generator().manual_seed(0)).to(torch.int8)
+    expected = torch.zeros(n, parts, dtype=torch.int32)
+    for a, b in ((pairs[0], pairs[1]), (pairs[1], pairs[0])):
+        expected.index_put_((a.long(), part[b.long()].long()), torch.ones(a.numel(), dtype=torch.int32),
+                            accumulate=True)
+    got = _part_counter(pairs[0], pairs[1], degree(pairs, n).to(torch.int32), parts, None)(part)
+    assert torch.equal(got, expected)
 
 
 def run_ranks(world, work, barrier):
