@@ -224,25 +224,32 @@ def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int) -> Part:
     needs ``O(N)`` and one chunk. Node ids are int32 up to 2^31 nodes."""
     num_nodes = part.numel()
     index_dtype = torch.int32 if num_nodes < 2**31 else torch.int64
+    if num_parts == 1:  # everything is local
+        return Part(nodes=torch.arange(num_nodes), pairs=pairs.to(index_dtype),
+                    cut_node=torch.empty(0, dtype=index_dtype), cut_other=torch.empty(0, dtype=index_dtype),
+                    cut_peer_counts=[0], halo=0)
     nodes = (part == rank).nonzero().view(-1)
-    local_id = torch.full((num_nodes,), -1, dtype=torch.int64)
-    local_id[nodes] = torch.arange(nodes.numel())
+    local_id = torch.full((num_nodes,), -1, dtype=index_dtype)
+    local_id[nodes] = torch.arange(nodes.numel(), dtype=index_dtype)
     local, cut_node, cut_peer, cut_other = [], [], [], []
     step = 1 << 24
     for start in range(0, max(pairs.size(1), 1), step):  # once at least: an edgeless graph has parts too
-        u, v = pairs[0, start:start + step].long(), pairs[1, start:start + step].long()
-        u_mine, v_mine = part[u] == rank, part[v] == rank
+        uv = pairs[:, start:start + step]
+        u, v = uv[0], uv[1]
+        # int32 ids index directly: no int64 copies of the chunk
+        u_mine, v_mine = torch.index_select(part, 0, u) == rank, torch.index_select(part, 0, v) == rank
         both = u_mine & v_mine
-        local.append(torch.stack([local_id[u[both]], local_id[v[both]]]).to(index_dtype))
+        local.append(torch.index_select(local_id, 0, uv[:, both].reshape(-1)).view(2, -1))
         # one selection in the order of the pairs: both ends of a cut edge meet it at the same
         # point of the same global list, so their rows for each other come out in the same order
         cut = u_mine ^ v_mine
         first = u_mine[cut]
-        m = torch.where(first, u[cut], v[cut])
-        o = torch.where(first, v[cut], u[cut])
-        cut_node.append(local_id[m].to(index_dtype))
+        uc, vc = uv[:, cut]
+        m = torch.where(first, uc, vc)
+        o = torch.where(first, vc, uc)
+        cut_node.append(torch.index_select(local_id, 0, m))
         cut_other.append(o.to(index_dtype))
-        cut_peer.append(part[o].to(torch.int32))
+        cut_peer.append(torch.index_select(part, 0, o).to(torch.int32))
     peer, node, other = torch.cat(cut_peer), torch.cat(cut_node), torch.cat(cut_other)
     if not bool((peer[1:] >= peer[:-1]).all()):  # with two parts every cut edge has the same peer
         order = torch.argsort(peer, stable=True)  # grouped by peer, the pairs' order kept within a peer
