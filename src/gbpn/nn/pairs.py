@@ -37,6 +37,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from gbpn.memory import populated_zeros
 from gbpn.nn.functional import log_normalize, normalized_message
 
 # Above this spread of log H the linear domain could overflow float32 (see functional.linear_message).
@@ -89,8 +90,9 @@ class _Linear:
         self.scale, self.offset = float(c), (1.0 if deviation else 0.0)
         self.init = 1.0 / c * self.scale - self.offset
 
-    def table(self, log_belief: Tensor) -> Tensor:
-        return torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
+    def table_(self, log_belief: Tensor, out: Tensor) -> Tensor:
+        """The rows the cavities read, into ``out``: beliefs scaled to a maximum of 1."""
+        return torch.exp(torch.sub(log_belief, log_belief.amax(dim=-1, keepdim=True), out=out), out=out)
 
     def load_(self, stored: Tensor) -> Tensor:
         """Stored values (a compute-dtype copy) to something proportional to the message, in place."""
@@ -130,8 +132,9 @@ class _Log:
         self.damping = damping
         self.init = 0.0
 
-    def table(self, log_belief: Tensor) -> Tensor:
-        return log_belief
+    def table_(self, log_belief: Tensor, out: Tensor) -> Tensor:
+        """The rows the cavities read, into ``out``: the log-beliefs themselves."""
+        return out.copy_(log_belief)
 
     def load_(self, stored: Tensor) -> Tensor:
         return stored
@@ -196,23 +199,26 @@ def pair_bp(
     domain = (_Linear(log_H.to(dtype), damping, c, deviation=not same) if use_linear(log_H, message_dtype)
               else _Log(log_H.to(dtype), damping))
     num_pairs = pairs.size(1)
-    msg = torch.full((2, num_pairs, c), domain.init, dtype=message_dtype, device=log_self.device)
+    device = log_self.device
+    msg = _buffer((2, num_pairs, c), message_dtype, device, domain.init)
     cut = None
     if boundary is not None:
-        cut = torch.full((boundary.node.numel(), c), domain.init, dtype=message_dtype, device=log_self.device)
+        cut = _buffer((boundary.node.numel(), c), message_dtype, device, domain.init)
     # chunk buffers, reused: cavities (then the logs of the stored messages), previous messages in
-    # the compute dtype (mixed-dtype arithmetic is several times slower than a copy), products
+    # the compute dtype (mixed-dtype arithmetic is several times slower than a copy), products;
+    # node buffers, reused every step: the beliefs' sums, the beliefs, the table the cavities read
     rows = 2 * min(chunk, max(num_pairs, 1))
-    cav_buf, old_buf = log_self.new_empty((rows, c)), log_self.new_empty((2, rows // 2, c))
+    cav_buf, old_buf = _buffer((rows, c), dtype, device), _buffer((2, rows // 2, c), dtype, device)
+    acc, belief = _buffer((n, c), dtype, device), _buffer((n, c), dtype, device)
+    table = _buffer((n, c), dtype, device) if isinstance(domain, _Linear) else belief
     fused = isinstance(domain, _Linear) and damping == 0
     if fused:  # [H | H 1]: one product gives the messages and their normalisers
         H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
-        prod_buf = log_self.new_empty((rows, c + 1))
+        prod_buf = _buffer((rows, c + 1), dtype, device)
     round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused) if boundary is not None else None
-    log_belief = log_self
+    domain.table_(log_self, table)
     for step in range(num_steps):
-        table = domain.table(log_belief)
-        acc = log_self.clone()
+        acc.copy_(log_self)
         # cut edges: a round's messages travel while the next local chunks are computed
         rounds = (_Rounds(boundary, domain, table, cut, acc, H1 if fused else None, round_buf)
                   if boundary is not None else None)
@@ -243,12 +249,32 @@ def pair_bp(
         if rounds is not None:
             rounds.advance(boundary.rounds)
             rounds.finish()
-        log_belief = log_normalize(acc)
+        _log_normalize_into(acc, belief, table if table is not belief else None)
         if known_idx is not None:
-            log_belief[known_idx] = clamp
+            belief[known_idx] = clamp
+            if table is not belief:
+                table[known_idx] = torch.exp(clamp - clamp.amax(-1, keepdim=True))
         if on_step is not None:
             on_step(step)
-    return log_belief
+    return belief if num_steps > 0 else log_self
+
+
+def _buffer(shape: Tuple[int, ...], dtype: torch.dtype, device: torch.device, fill: float = 0.0) -> Tensor:
+    """A tensor filled with ``fill``, its pages mapped up front on the CPU (:mod:`gbpn.memory`)."""
+    if device.type != "cpu":
+        return torch.full(shape, fill, dtype=dtype, device=device)
+    out = populated_zeros(shape, dtype)
+    return out.fill_(fill) if fill != 0 else out
+
+
+def _log_normalize_into(acc: Tensor, out: Tensor, table: Optional[Tensor]) -> None:
+    """``out = acc - logsumexp(acc)`` row-wise, without ``[n, c]`` temporaries (``acc`` is
+    overwritten); ``table`` (if given) receives ``exp(acc - max acc)``, the next step's
+    linear-domain table, as a by-product."""
+    mx = acc.amax(-1, keepdim=True)
+    torch.sub(acc, mx, out=out)
+    ex = torch.exp(out, out=table if table is not None else acc)  # acc is rewritten next step
+    out.sub_(ex.sum(-1, keepdim=True).log_())
 
 
 class _Rounds:
