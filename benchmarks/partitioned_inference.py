@@ -11,7 +11,7 @@ Then time inference (K = 5, every neighbour) in one process, and partitioned ove
     torchrun --standalone --nproc_per_node 2 benchmarks/partitioned_inference.py run --cache /tmp/products --half-messages
 
 Each run prints the partition (cut fraction, halo per part), seconds per BP step on every rank,
-bytes exchanged per step, the whole inference's seconds, every rank's peak RSS and the test
+bytes exchanged per step, the whole inference's seconds, every rank's peak RSS and PSS and the test
 accuracy; ``--save`` writes the beliefs and ``--compare`` reports how far they are from beliefs
 saved by an earlier run (e.g. the single-process one).
 """
@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import resource
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,38 @@ from gbpn.distributed.partition import PARTITIONERS
 
 def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+class PeakPss:
+    """The largest proportional set size of this process seen by a sampler thread, in GB: like RSS,
+    but a page mapped by k processes counts 1/k in each (the memory-mapped features and edges that
+    every rank reads are in every rank's RSS, once in the machine's memory). Linux only; one
+    sample every ``interval`` seconds (a sample walks the page tables: milliseconds)."""
+
+    def __init__(self, interval: float = 2.0):
+        self.peak, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def sample() -> float:
+        try:
+            with open("/proc/self/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        return int(line.split()[1]) / 1024**2
+        except OSError:
+            pass
+        return float("nan")
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.peak = max(self.peak, self.sample())
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, self.sample())
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -87,23 +120,26 @@ def run(args: argparse.Namespace) -> None:
     # memory-mapped: the ranks share the page cache instead of each reading a copy
     data = Data(x=torch.load(cache / "x.pt", mmap=True), y=labels["y"], pairs=torch.load(cache / "pairs.pt", mmap=True),
                 num_nodes=labels["y"].numel())
+    pss = PeakPss()
     t = time.perf_counter()
     log_b, report = partitioned_predict(model, data, labels["train"], num_steps=args.steps,
                                         message_dtype=torch.bfloat16 if args.half_messages else torch.float32,
                                         chunk=args.chunk, partitioner=args.partitioner, parts_file=args.parts_file)
     seconds = time.perf_counter() - t
     peaks = all_gather_object(peak_gb())
+    pss_peaks = all_gather_object(pss.stop())
     if world > 1:
         torch.distributed.destroy_process_group()
     if rank != 0:
         return
-    row = {"world_size": world, "threads": args.threads, "seconds": seconds, "peak_rss_gb": peaks,
+    row = {"world_size": world, "threads": args.threads, "seconds": seconds, "peak_rss_gb": peaks, "peak_pss_gb": pss_peaks,
            "test_accuracy": accuracy(log_b, labels["y"], labels["test"]), "half_messages": args.half_messages,
            "cut_fraction": report["partition"]["cut_fraction"],
            "bytes_sent_per_step": report["bytes_sent_per_step"], "partition": report["partition"]}
     print(f"inference (K = {args.steps}, all neighbours, {world} rank(s) x {args.threads} thread(s)): {seconds:.1f} s, "
           f"test accuracy {row['test_accuracy']:.3f}, peak RSS per rank "
-          + ", ".join(f"{p:.2f} GB" for p in peaks), flush=True)
+          + ", ".join(f"{p:.2f} GB" for p in peaks) + " (PSS " + ", ".join(f"{p:.2f} GB" for p in pss_peaks) + ")",
+          flush=True)
     if args.compare:
         ref = torch.load(args.compare)
         print(f"vs {args.compare}: beliefs differ by at most {(ref.exp() - log_b.exp()).abs().max():.2e} in "
