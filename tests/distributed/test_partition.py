@@ -169,6 +169,28 @@ def test_refinement_shared_by_ranks_equals_one_process(world):
         assert torch.equal(got[r], alone)
 
 
+def test_partition_shared_by_ranks_equals_one_process():
+    """The degrees, the ranges and the refinement counted in shares: every rank gets the single
+    process's parts."""
+    n, parts, world = 2000, 2, 2
+    pairs = planted_pairs(n, parts, 20000, 0.8, 6).to(torch.int32)
+    alone = partition(pairs, n, parts, "refined")
+    box, barrier, got = {}, threading.Barrier(world), {}
+
+    def run(r):
+        def all_reduce(t):
+            box[r] = t.clone()
+            barrier.wait()
+            t.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
+            barrier.wait()
+        got[r] = partition(pairs, n, parts, "refined", share=(r, world), all_reduce=all_reduce)
+
+    run_ranks(world, run, barrier)
+    assert cut_fraction(pairs.long(), alone) < 0.5
+    for r in range(world):
+        assert torch.equal(got[r], alone)
+
+
 def test_parts_file_round_trip_and_refusals(tmp_path):
     n, pairs = 600, planted_pairs(600, 2, 3000, 0.9, 1)
     part = partition(pairs, n, 2, "refined")

@@ -28,14 +28,22 @@ PARTITIONERS = ("auto", "metis", "refined", "ranges")
 
 def degree(pairs: Tensor, num_nodes: int) -> Tensor:
     """Number of neighbours of every node, from undirected ``pairs`` ``[2, P]``."""
-    return torch.bincount(pairs[0].long(), minlength=num_nodes) + torch.bincount(pairs[1].long(), minlength=num_nodes)
+    # int32 ids are counted as they are: an int64 copy of each row would cost as much as the count
+    return torch.bincount(pairs[0], minlength=num_nodes) + torch.bincount(pairs[1], minlength=num_nodes)
 
 
-def range_parts(pairs: Tensor, num_nodes: int, num_parts: int) -> Tensor:
+def _share(num_pairs: int, share: Tuple[int, int]) -> slice:
+    """The edges ``share = (rank, world)`` counts: its ``1/world`` of them."""
+    rank, world = share
+    return slice(num_pairs * rank // world, num_pairs * (rank + 1) // world)
+
+
+def range_parts(pairs: Tensor, num_nodes: int, num_parts: int, deg: Optional[Tensor] = None) -> Tensor:
     """Contiguous node ranges with about the same number of directed edges each (the work of a
     BP step is per edge). No graph structure is used: on a graph with random node ids about
-    ``1 - 1/num_parts`` of the edges are cut."""
-    cum = torch.cumsum(degree(pairs, num_nodes).double() + 1e-9, 0)  # + eps: edgeless nodes still split
+    ``1 - 1/num_parts`` of the edges are cut. ``deg``: :func:`degree`, if already known."""
+    deg = degree(pairs, num_nodes) if deg is None else deg
+    cum = torch.cumsum(deg.double() + 1e-9, 0)  # + eps: edgeless nodes still split
     bounds = torch.arange(1, num_parts, dtype=torch.float64) * (cum[-1] / num_parts)
     starts = torch.searchsorted(cum, bounds)
     part = torch.zeros(num_nodes, dtype=torch.int32)
@@ -46,7 +54,7 @@ def range_parts(pairs: Tensor, num_nodes: int, num_parts: int) -> Tensor:
 
 def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 12, min_gain: float = 0.002,
                  seed: int = 0, share: Tuple[int, int] = (0, 1),
-                 all_reduce: Optional[Callable[[Tensor], None]] = None) -> Tensor:
+                 all_reduce: Optional[Callable[[Tensor], None]] = None, deg: Optional[Tensor] = None) -> Tensor:
     r"""Fewer cut edges, the same edge balance: balanced label propagation from ``part`` ``[N]``.
 
     Each iteration counts every node's neighbours in every part (two passes over the edges),
@@ -60,12 +68,10 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
 
     Several processes can share the counting: with ``share=(rank, world)`` each counts over its
     ``1/world`` of the edges and ``all_reduce`` sums the counts in place; every process then
-    makes the same seeded moves and returns the same parts."""
+    makes the same seeded moves and returns the same parts. ``deg``: :func:`degree`, if already known."""
     num_nodes = part.numel()
-    deg = degree(pairs, num_nodes).to(torch.int32)
-    rank, world = share
-    lo, hi = pairs.size(1) * rank // world, pairs.size(1) * (rank + 1) // world
-    u, v = pairs[0, lo:hi], pairs[1, lo:hi]
+    deg = (degree(pairs, num_nodes) if deg is None else deg).to(torch.int32)
+    u, v = pairs[:, _share(pairs.size(1), share)]
     gen = torch.Generator().manual_seed(seed)
     part = part.to(torch.int64 if num_parts > 127 else torch.int8).clone()
     count = _part_counter(u, v, deg, num_parts, all_reduce)
@@ -163,8 +169,13 @@ def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto
         return torch.zeros(num_nodes, dtype=torch.int32)
     if method == "metis":
         return metis_parts(pairs, num_nodes, num_parts)
-    part = range_parts(pairs, num_nodes, num_parts)
-    return refine_parts(pairs, part, num_parts, share=share, all_reduce=all_reduce) if method == "refined" else part
+    if method == "refined" and all_reduce is not None:  # the degrees too: each process counts its share
+        deg = degree(pairs[:, _share(pairs.size(1), share)], num_nodes)
+        all_reduce(deg)
+    else:
+        deg = degree(pairs, num_nodes)
+    part = range_parts(pairs, num_nodes, num_parts, deg)
+    return refine_parts(pairs, part, num_parts, share=share, all_reduce=all_reduce, deg=deg) if method == "refined" else part
 
 
 def save_parts(path: str | Path, part: Tensor, num_pairs: int, method: str) -> None:
