@@ -145,36 +145,9 @@ def run_ranks(world, work, barrier):
     assert not errors, errors
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_refinement_shared_by_ranks_equals_one_process(world):
-    """Each rank counts its share of the edges, the counts are summed: every rank gets the single
-    process's parts."""
-    n, parts = 3000, 3
-    pairs = planted_pairs(n, parts, 30000, 0.9, 5)
-    start = range_parts(pairs, n, parts)
-    alone = refine_parts(pairs, start, parts, iterations=6)
-    box, barrier, got = {}, threading.Barrier(world), {}
-
-    def run(r):
-        def all_reduce(counts):
-            box[r] = counts.clone()
-            barrier.wait()
-            counts.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
-            barrier.wait()
-        got[r] = refine_parts(pairs, start, parts, iterations=6, share=(r, world), all_reduce=all_reduce)
-
-    run_ranks(world, run, barrier)
-    assert not torch.equal(alone, start)
-    for r in range(world):
-        assert torch.equal(got[r], alone)
-
-
-def test_partition_shared_by_ranks_equals_one_process():
-    """The degrees, the ranges and the refinement counted in shares: every rank gets the single
-    process's parts."""
-    n, parts, world = 2000, 2, 2
-    pairs = planted_pairs(n, parts, 20000, 0.8, 6).to(torch.int32)
-    alone = partition(pairs, n, parts, "refined")
+def shared_by_ranks(world, compute):
+    """``compute(share, all_reduce)`` on ``world`` threads standing for ranks, ``all_reduce`` summing
+    in place across them; every thread's result."""
     box, barrier, got = {}, threading.Barrier(world), {}
 
     def run(r):
@@ -183,12 +156,36 @@ def test_partition_shared_by_ranks_equals_one_process():
             barrier.wait()
             t.copy_(torch.stack([box[q] for q in range(world)]).sum(0))
             barrier.wait()
-        got[r] = partition(pairs, n, parts, "refined", share=(r, world), all_reduce=all_reduce)
+        got[r] = compute((r, world), all_reduce)
 
     run_ranks(world, run, barrier)
+    return [got[r] for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_refinement_shared_by_ranks_equals_one_process(world):
+    """Each rank counts its share of the edges, the counts are summed: every rank gets the single
+    process's parts."""
+    n, parts = 3000, 3
+    pairs = planted_pairs(n, parts, 30000, 0.9, 5)
+    start = range_parts(pairs, n, parts)
+    alone = refine_parts(pairs, start, parts, iterations=6)
+    got = shared_by_ranks(world, lambda share, all_reduce: refine_parts(pairs, start, parts, iterations=6, share=share,
+                                                                        all_reduce=all_reduce))
+    assert not torch.equal(alone, start)
+    assert all(torch.equal(g, alone) for g in got)
+
+
+def test_partition_shared_by_ranks_equals_one_process():
+    """The degrees, the ranges and the refinement counted in shares: every rank gets the single
+    process's parts."""
+    n, parts = 2000, 2
+    pairs = planted_pairs(n, parts, 20000, 0.8, 6).to(torch.int32)
+    alone = partition(pairs, n, parts, "refined")
+    got = shared_by_ranks(2, lambda share, all_reduce: partition(pairs, n, parts, "refined", share=share,
+                                                                 all_reduce=all_reduce))
     assert cut_fraction(pairs.long(), alone) < 0.5
-    for r in range(world):
-        assert torch.equal(got[r], alone)
+    assert all(torch.equal(g, alone) for g in got)
 
 
 def test_parts_file_round_trip_and_refusals(tmp_path):
