@@ -57,12 +57,14 @@ class PeakPss:
 
     def _run(self, interval: float) -> None:
         while not self._stop.wait(interval):
-            self.peak = max(self.peak, self.sample())
+            self.peak = max(self.peak, self.sample())  # NaN (unreadable) never wins a max
 
     def stop(self) -> float:
+        """The peak, NaN where PSS cannot be read; sampled, so a lower bound."""
         self._stop.set()
         self._thread.join()
-        return max(self.peak, self.sample())
+        peak = max(self.peak, self.sample())
+        return peak if peak > 0 else float("nan")
 
 
 def prepare(args: argparse.Namespace) -> None:

@@ -145,6 +145,16 @@ def run_ranks(world, work, barrier):
     assert not errors, errors
 
 
+def test_narrow_integer_ids_are_accepted():
+    n, pairs = 300, planted_pairs(300, 3, 2000, 0.9, 3)
+    for method in ("ranges", "refined"):
+        part = partition(pairs, n, 3, method)
+        assert torch.equal(partition(pairs.to(torch.int16), n, 3, method), part)
+        for r in range(3):
+            a, b = build_part(pairs, part, r, 3), build_part(pairs.to(torch.int16), part, r, 3)
+            assert torch.equal(a.pairs, b.pairs) and torch.equal(a.cut_node, b.cut_node)
+
+
 def shared_by_ranks(world, compute):
     """``compute(share, all_reduce)`` on ``world`` threads standing for ranks, ``all_reduce`` summing
     in place across them; every thread's result."""

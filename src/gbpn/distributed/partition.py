@@ -32,6 +32,11 @@ def degree(pairs: Tensor, num_nodes: int) -> Tensor:
     return torch.bincount(pairs[0], minlength=num_nodes) + torch.bincount(pairs[1], minlength=num_nodes)
 
 
+def _ids(pairs: Tensor) -> Tensor:
+    """``pairs`` as an index (int32 or int64, as torch's indexing takes them)."""
+    return pairs if pairs.dtype in (torch.int32, torch.int64) else pairs.long()
+
+
 def _share(num_pairs: int, share: Tuple[int, int]) -> slice:
     """The edges ``share = (rank, world)`` counts: its ``1/world`` of them."""
     rank, world = share
@@ -70,6 +75,7 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
     ``1/world`` of the edges and ``all_reduce`` sums the counts in place; every process then
     makes the same seeded moves and returns the same parts. ``deg``: :func:`degree`, if already known."""
     num_nodes = part.numel()
+    pairs = _ids(pairs)
     deg = (degree(pairs, num_nodes) if deg is None else deg).to(torch.int32)
     u, v = pairs[:, _share(pairs.size(1), share)]
     gen = torch.Generator().manual_seed(seed)
@@ -126,8 +132,9 @@ def _part_counter(u: Tensor, v: Tensor, deg: Tensor, num_parts: int,
                 if num_parts == 2:  # counts[a] += part[b]
                     counts.index_add_(0, a[start:start + n], flat[:n].copy_(theirs[:n]))
                 else:  # counts[a, part[b]] += 1
-                    torch.mul(a[start:start + n], num_parts, out=flat[:n])
-                    counts.index_add_(0, flat[:n].add_(theirs[:n]), ones[:n])
+                    # in int64: a[k] * num_parts can pass 2^31 with int32 ids
+                    flat[:n].copy_(a[start:start + n]).mul_(num_parts).add_(theirs[:n])
+                    counts.index_add_(0, flat[:n], ones[:n])
         if all_reduce is not None:
             all_reduce(counts)
         if num_parts == 2:
@@ -232,8 +239,10 @@ class Part:
 def build_part(pairs: Tensor, part: Tensor, rank: int, num_parts: int) -> Part:
     """The :class:`Part` of ``rank`` from the global undirected ``pairs`` ``[2, P]`` (each edge once)
     and the node parts ``part`` ``[N]``. Streams over the pairs in chunks: besides the result it
-    needs ``O(N)`` and one chunk. Node ids are int32 up to 2^31 nodes."""
+    needs ``O(N)`` and one chunk. Node ids are int32 up to 2^31 nodes. With one part, the part's
+    ``pairs`` are the given ones (not a copy) when they already have that dtype."""
     num_nodes = part.numel()
+    pairs = _ids(pairs)
     index_dtype = torch.int32 if num_nodes < 2**31 else torch.int64
     if num_parts == 1:  # everything is local
         return Part(nodes=torch.arange(num_nodes), pairs=pairs.to(index_dtype),

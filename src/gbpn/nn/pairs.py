@@ -208,7 +208,8 @@ def pair_bp(
     # the compute dtype (mixed-dtype arithmetic is several times slower than a copy), products;
     # node buffers, reused every step: the beliefs' sums, the beliefs, the table the cavities read
     rows = 2 * min(chunk, max(num_pairs, 1))
-    cav_buf, old_buf = _buffer((rows, c), dtype, device), _buffer((2, rows // 2, c), dtype, device)
+    cav_buf = _buffer((rows, c), dtype, device)
+    old_buf = None if same else _buffer((2, rows // 2, c), dtype, device)
     acc, belief = _buffer((n, c), dtype, device), _buffer((n, c), dtype, device)
     table = _buffer((n, c), dtype, device) if isinstance(domain, _Linear) else belief
     fused = isinstance(domain, _Linear) and damping == 0
@@ -217,6 +218,8 @@ def pair_bp(
         prod_buf = _buffer((rows, c + 1), dtype, device)
     round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused) if boundary is not None else None
     domain.table_(log_self, table)
+    clamp_table = (torch.exp(clamp - clamp.amax(-1, keepdim=True))
+                   if known_idx is not None and table is not belief else None)
     for step in range(num_steps):
         acc.copy_(log_self)
         # cut edges: a round's messages travel while the next local chunks are computed
@@ -252,8 +255,8 @@ def pair_bp(
         _log_normalize_into(acc, belief, table if table is not belief else None)
         if known_idx is not None:
             belief[known_idx] = clamp
-            if table is not belief:
-                table[known_idx] = torch.exp(clamp - clamp.amax(-1, keepdim=True))
+            if clamp_table is not None:
+                table[known_idx] = clamp_table
         if on_step is not None:
             on_step(step)
     return belief if num_steps > 0 else log_self
