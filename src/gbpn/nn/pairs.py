@@ -211,15 +211,16 @@ def pair_bp(
     cav_buf = _buffer((rows, c), dtype, device)
     old_buf = None if same else _buffer((2, rows // 2, c), dtype, device)
     acc, belief = _buffer((n, c), dtype, device), _buffer((n, c), dtype, device)
-    table = _buffer((n, c), dtype, device) if isinstance(domain, _Linear) else belief
+    # the log domain's cavities read the beliefs themselves; the linear domain's a table of its own
+    own_table = isinstance(domain, _Linear)
+    table = _buffer((n, c), dtype, device) if own_table else belief
     fused = isinstance(domain, _Linear) and damping == 0
     if fused:  # [H | H 1]: one product gives the messages and their normalisers
         H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
         prod_buf = _buffer((rows, c + 1), dtype, device)
     round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused) if boundary is not None else None
     domain.table_(log_self, table)
-    clamp_table = (torch.exp(clamp - clamp.amax(-1, keepdim=True))
-                   if known_idx is not None and table is not belief else None)
+    clamp_table = domain.table_(clamp, torch.empty_like(clamp)) if known_idx is not None and own_table else None
     for step in range(num_steps):
         acc.copy_(log_self)
         # cut edges: a round's messages travel while the next local chunks are computed
@@ -252,7 +253,7 @@ def pair_bp(
         if rounds is not None:
             rounds.advance(boundary.rounds)
             rounds.finish()
-        _log_normalize_into(acc, belief, table if table is not belief else None)
+        _log_normalize_into(acc, belief, table if own_table else None)
         if known_idx is not None:
             belief[known_idx] = clamp
             if clamp_table is not None:
