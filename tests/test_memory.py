@@ -1,4 +1,5 @@
 import mmap
+import sys
 import types
 
 import pytest
@@ -24,3 +25,35 @@ def test_buffers_without_map_populate(monkeypatch):
                                                                MAP_ANONYMOUS=mmap.MAP_ANONYMOUS))
     t = memory.populated_zeros((2, memory.POPULATE_MIN // 4), torch.float32)
     assert not t.any() and t.shape == (2, memory.POPULATE_MIN // 4)
+
+
+def _rss_file_kb() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("RssFile:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssFile")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+def test_released_file_pages_leave_the_resident_set_and_the_values_intact(tmp_path):
+    src = torch.arange(1 << 22, dtype=torch.float32)  # 16 MB
+    torch.save(src, tmp_path / "t.pt")
+    t = torch.load(tmp_path / "t.pt", mmap=True)
+    assert torch.equal(t, src)  # every page read
+    before = _rss_file_kb()
+    released = memory.release_file_pages(t)
+    assert released >= src.numel() * 4
+    assert before - _rss_file_kb() > 15_000  # kB
+    assert torch.equal(t, src)  # mapped back from the page cache
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+def test_memory_that_is_not_a_clean_file_mapping_is_left_alone(tmp_path):
+    anon = torch.arange(1 << 22, dtype=torch.float32)
+    assert memory.release_file_pages(anon) == 0 and torch.equal(anon, torch.arange(1 << 22, dtype=torch.float32))
+    torch.save(anon, tmp_path / "t.pt")
+    t = torch.load(tmp_path / "t.pt", mmap=True)
+    t[5] = -1.0  # a private copy of that page: releasing it would lose the write
+    assert memory.release_file_pages(t) == 0
+    assert float(t[5]) == -1.0 and torch.equal(t[6:], anon[6:])
+    assert memory.release_file_pages(torch.empty(0)) == 0

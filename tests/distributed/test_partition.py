@@ -240,7 +240,7 @@ class ThreadExchange:
         return exchange
 
 
-def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, method, dtype, message_dtype):
+def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, method, dtype, message_dtype, chunk=17):
     n = log_self.size(0)
     part = partition(pairs, n, world, method)
     out = torch.empty_like(log_self, dtype=dtype)
@@ -253,7 +253,7 @@ def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, 
         clamp = clamp_log_potential(labels[p.nodes][known], ls.size(1), dtype)
         ls[known] = clamp
         b = Boundary(p.cut_node, p.cut_peer_counts, ex.for_rank(r), rounds=3)
-        out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=17,
+        out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=chunk,
                                message_dtype=message_dtype, boundary=b)
 
     run_ranks(world, run, ex.barrier)
@@ -263,7 +263,8 @@ def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, 
 @pytest.mark.parametrize("damping", [0.0, 0.3])
 @pytest.mark.parametrize("world,method", [(2, "ranges"), (3, "metis")])
 @pytest.mark.parametrize("wide", [False, True])
-def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide):
+@pytest.mark.parametrize("chunk", [17, 4096])  # small chunks; chunks whose buffers the rounds reuse
+def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide, chunk):
     if method == "metis":
         pytest.importorskip("pymetis")
     n, pairs = 120, random_pairs(120, 500, 2)
@@ -279,7 +280,8 @@ def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide):
     ei = torch.cat([pairs, pairs.flip(0)], 1)
     with torch.no_grad():
         ref = layer(log_self, ei, known_labels=labels, known_mask=mask)
-    got = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float64, torch.float64)
+    got = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float64, torch.float64,
+                         chunk)
     torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
     assert torch.equal(got[mask].argmax(1), labels[mask])  # evidence stays clamped in every part
     if wide:  # float32 cannot hold this coupling (the BP layer refuses it)
@@ -287,5 +289,5 @@ def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide):
         return
     # stored in bfloat16 (as deviations from uniform, or centred logs): only the storage rounds
     half = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float32,
-                          torch.bfloat16)
+                          torch.bfloat16, chunk)
     assert (half.double().exp() - ref.exp()).abs().max() < 3e-2

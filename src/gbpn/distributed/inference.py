@@ -30,6 +30,7 @@ from gbpn.distributed.partition import (
     save_parts,
 )
 from gbpn.errors import GBPNError
+from gbpn.memory import release_file_pages
 from gbpn.nn.functional import clamp_log_potential, log_normalize
 from gbpn.nn.model import GBPN
 from gbpn.nn.pairs import Boundary, pair_bp
@@ -111,6 +112,12 @@ def partitioned_beliefs(
                                 f"halo {s['halo']}" for q, s in enumerate(summary["per_part"]))
                     + f"; {method}, {summary['partition_seconds']:.1f} s")
     log_self = local_self_potential(model, data, mine.nodes, node_chunk)
+    # a memory-mapped input keeps every page this rank read in its resident set; the part is
+    # built and the potentials computed, so give back the features and (unless the part's
+    # edges are the input's own, as in one process) the edge list
+    released = release_file_pages(data.x) + (release_file_pages(pairs) if mine.pairs is not pairs else 0)
+    if released:
+        logger.debug(f"rank {rank}: released {released / 1e6:.0f} MB of memory-mapped input")
     known_idx = clamp = None
     if known_mask is not None:
         known_idx = known_mask.index_select(0, mine.nodes).nonzero().view(-1)

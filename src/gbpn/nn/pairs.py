@@ -218,7 +218,10 @@ def pair_bp(
     if fused:  # [H | H 1]: one product gives the messages and their normalisers
         H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
         prod_buf = _buffer((rows, c + 1), dtype, device)
-    round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused) if boundary is not None else None
+    round_buf = None
+    if boundary is not None:  # rounds run between chunks: their scratch rows can be the chunks'
+        spare = {"f": old_buf, "cav": cav_buf, "prod": prod_buf if fused else None}
+        round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused, spare)
     domain.table_(log_self, table)
     clamp_table = domain.table_(clamp, torch.empty_like(clamp)) if known_idx is not None and own_table else None
     for step in range(num_steps):
@@ -341,10 +344,22 @@ class _Rounds:
             self.acc.index_add_(0, self.b.node[lo:hi].long(), d.log_(self.buf["f"][:m].copy_(self.cut[lo:hi])))
 
 
-def _round_buffers(b: Boundary, c: int, dtype: torch.dtype, message_dtype: torch.dtype, fused: bool) -> dict:
-    rows = sum(-(-n // b.rounds) for n in b.counts)  # the largest round
-    out = {"f": torch.empty((rows, c), dtype=dtype), "cav": torch.empty((rows, c), dtype=dtype),
+def _round_buffers(b: Boundary, c: int, dtype: torch.dtype, message_dtype: torch.dtype, fused: bool,
+                   spare: dict) -> dict:
+    """Buffers for the largest round. ``spare`` maps the scratch buffers (``f``, ``cav``, ``prod``,
+    used only inside a round's send or finish) to chunk buffers they may live in (or ``None``):
+    one is used when it has the dtype and room. ``send`` and ``recv`` travel while chunks are
+    computed and always get their own."""
+    rows = sum(-(-n // b.rounds) for n in b.counts)
+
+    def scratch(name: str, cols: int) -> Tensor:
+        buf = spare.get(name)
+        if buf is not None and buf.dtype == dtype and buf.is_contiguous() and buf.numel() >= rows * cols:
+            return buf.view(-1)[: rows * cols].view(rows, cols)
+        return torch.empty((rows, cols), dtype=dtype)
+
+    out = {"f": scratch("f", c), "cav": scratch("cav", c),
            "send": torch.empty((rows, c), dtype=message_dtype), "recv": torch.empty((rows, c), dtype=message_dtype)}
     if fused:
-        out["prod"] = torch.empty((rows, c + 1), dtype=dtype)
+        out["prod"] = scratch("prod", c + 1)
     return out
