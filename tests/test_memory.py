@@ -1,3 +1,4 @@
+import io
 import mmap
 import sys
 import types
@@ -57,3 +58,28 @@ def test_memory_that_is_not_a_clean_file_mapping_is_left_alone(tmp_path):
     assert memory.release_file_pages(t) == 0
     assert float(t[5]) == -1.0 and torch.equal(t[6:], anon[6:])
     assert memory.release_file_pages(torch.empty(0)) == 0
+
+
+def test_a_sparse_tensor_is_left_alone():
+    x = torch.eye(4).to_sparse()
+    assert memory.release_file_pages(x) == 0 and torch.equal(x.to_dense(), torch.eye(4))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self (Linux)")
+def test_a_private_mapping_with_swapped_out_writes_is_left_alone(monkeypatch, tmp_path):
+    # smaps as the kernel writes it for a private file mapping whose written pages are in swap:
+    # no Anonymous pages in memory, but Swap > 0
+    torch.save(torch.arange(1 << 20, dtype=torch.float32), tmp_path / "t.pt")
+    t = torch.load(tmp_path / "t.pt", mmap=True)
+    text = open("/proc/self/smaps").read()
+    patched = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("Anonymous:"):
+            line = "Anonymous:             0 kB\n"
+        elif line.startswith("Swap:"):
+            line = "Swap:                  8 kB\n"
+        patched.append(line)
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: io.StringIO("".join(patched))
+                        if f == "/proc/self/smaps" else real_open(f, *a, **k))
+    assert memory.release_file_pages(t) == 0

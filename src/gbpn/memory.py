@@ -16,7 +16,7 @@ import ctypes
 import math
 import mmap
 import sys
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
@@ -42,17 +42,16 @@ def release_file_pages(t: Tensor) -> int:
     """Unmap from this process the pages of a CPU tensor that lives in a file mapping (such as
     ``torch.load(..., mmap=True)``), so that they no longer count in its resident set; reading the
     tensor again maps them back from the page cache. Returns the bytes released: 0 (nothing done)
-    unless the whole storage lies in one file-backed mapping none of whose pages were written
-    privately (a written page of a private mapping exists only in this process and would be lost),
-    or when not on Linux."""
-    if t.device.type != "cpu" or not sys.platform.startswith("linux"):
+    unless the tensor is strided and its whole storage lies in one file-backed mapping none of
+    whose pages were written privately (a written page of a private mapping, in memory or in swap,
+    exists only in this process and would be lost), or when not on Linux. The whole mapping must
+    not be written meanwhile, by any thread: a page written between the check and the release
+    would be lost."""
+    if t.device.type != "cpu" or t.layout != torch.strided or not sys.platform.startswith("linux"):
         return 0
     storage = t.untyped_storage()
     start, size = storage.data_ptr(), storage.nbytes()
-    if size == 0:
-        return 0
-    vma = _file_mapping(start, start + size)
-    if vma is None:
+    if size == 0 or not _clean_file_mapping(start, start + size):
         return 0
     page = mmap.PAGESIZE
     # the mapping starts and ends on page boundaries, so the rounded range stays inside it
@@ -63,25 +62,26 @@ def release_file_pages(t: Tensor) -> int:
     return hi - lo
 
 
-def _file_mapping(lo: int, hi: int) -> Optional[Tuple[int, int]]:
-    """The mapping of ``/proc/self/smaps`` that holds ``[lo, hi)`` when it is file-backed and has no
-    privately written pages, else ``None``."""
+def _clean_file_mapping(lo: int, hi: int) -> bool:
+    """Whether the mapping of ``/proc/self/smaps`` that holds ``[lo, hi)`` is file-backed and, if
+    private, has no written pages (``Anonymous`` in memory, ``Swap`` swapped out)."""
     try:
         text = open("/proc/self/smaps").read()
     except OSError:
-        return None
-    found = None
+        return False
+    fields = None  # of the mapping that holds the range, once found
     for line in text.splitlines():
         head = line.split()
         if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:  # a mapping's first line
-            if found is not None:
-                return None  # its Anonymous line was missing: unknown, leave it
+            if fields is not None:
+                break
             a, b = (int(x, 16) for x in head[0].split("-"))
             if a <= lo and hi <= b:
-                path = head[5] if len(head) > 5 else ""
-                if not path.startswith("/"):  # anonymous, heap, stack
-                    return None
-                found = (a, b, head[1][3] == "s")
-        elif found is not None and head and head[0] == "Anonymous:":
-            return found[:2] if found[2] or int(head[1]) == 0 else None
-    return None
+                if not (len(head) > 5 and head[5].startswith("/")):  # anonymous, heap, stack
+                    return False
+                fields = {"shared": head[1][3] == "s"}
+        elif fields is not None and len(head) >= 2 and head[0] in ("Anonymous:", "Swap:"):
+            fields[head[0]] = int(head[1])
+    if fields is None:
+        return False
+    return fields["shared"] or (fields.get("Anonymous:") == 0 and fields.get("Swap:") == 0)
