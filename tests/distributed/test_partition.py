@@ -291,3 +291,30 @@ def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide, c
     half = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float32,
                           torch.bfloat16, chunk)
     assert (half.double().exp() - ref.exp()).abs().max() < 3e-2
+
+
+def test_one_process_partitioned_inference_with_memory_mapped_or_sparse_inputs(tmp_path):
+    # the memory-mapped features and edges are given back after use, sparse features are left alone:
+    # the beliefs are the same as from ordinary tensors
+    from torch_geometric.data import Data
+
+    from gbpn.distributed.inference import partitioned_beliefs
+    from gbpn.nn.model import GBPN
+
+    n, f = 60, 12
+    g = torch.Generator().manual_seed(1)
+    x = (torch.rand(n, f, generator=g) < 0.2).float()
+    pairs = random_pairs(n, 240, 5).to(torch.int32)
+    torch.manual_seed(0)
+    model = GBPN(f, 3)
+    plain = Data(x=x, pairs=pairs, num_nodes=n)
+    torch.save(x, tmp_path / "x.pt")
+    torch.save(pairs, tmp_path / "pairs.pt")
+    mapped = Data(x=torch.load(tmp_path / "x.pt", mmap=True), pairs=torch.load(tmp_path / "pairs.pt", mmap=True),
+                  num_nodes=n)
+    sparse = Data(x=x.to_sparse(), pairs=pairs, num_nodes=n)
+    nodes, ref, _ = partitioned_beliefs(model, plain, num_steps=4)
+    assert torch.equal(nodes, torch.arange(n))
+    for data in (mapped, sparse):
+        torch.testing.assert_close(partitioned_beliefs(model, data, num_steps=4)[1], ref, atol=1e-6, rtol=0)
+    assert torch.equal(mapped.x, x) and torch.equal(mapped.pairs, pairs)
