@@ -17,6 +17,11 @@ gather, normalized_message, aggregate), timed on its own; its memory counts temp
 The plain form needs E*c*c floats (20 GB at arXiv size and c = 47): with --plain-edge-fraction
 it runs on that fraction of the edges and its time and memory are scaled up linearly, which
 the table marks with '~'.
+
+On a graph this large the fused layout renumbers the nodes (reverse Cuthill-McKee,
+``gbpn.nn.fused.locality_order``); ``--order`` adds the fused step with the graph's own
+numbering ("given") and GCNConv on the renumbered graph ("GCNrcm"), so that the renumbering's
+share of the BP/GCN ratio is measured in the same run.
 """
 from __future__ import annotations
 
@@ -53,6 +58,17 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
 
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     ei, rev = data.edge_index, data.rev_index
+    if op.endswith("-given"):  # the fused layout keeps the graph's node numbering
+        import gbpn.nn.fused as fused
+
+        fused.REORDER_MIN_EDGES = ei.size(1) + 1
+        op = op[:-len("-given")]
+    if op == "gcn-rcm":  # GCNConv on the graph renumbered as the fused layout renumbers it
+        from gbpn.nn.fused import locality_order
+
+        rank = torch.empty(data.num_nodes, dtype=torch.long)
+        rank[locality_order(ei, data.num_nodes)] = torch.arange(data.num_nodes)
+        ei, op = rank[ei], "gcn"
     if op == "plain" and fraction < 1:
         keep = int(ei.size(1) * fraction)
         ei, rev = ei[:, :keep], None
@@ -154,6 +170,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda (GPU memory: peak allocated bytes)")
     ap.add_argument("--train", action="store_true",
                     help="also time forward + backward of K = 5 steps (fused and eager) against a two-layer GCN")
+    ap.add_argument("--order", action="store_true",
+                    help="also time the fused steps with the graph's own node numbering (the layout renumbers the "
+                         "nodes of large graphs, gbpn.nn.fused.locality_order) and GCNConv on the renumbered graph")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.train and args.device != "cpu":
@@ -170,11 +189,16 @@ def main() -> None:
           f"{'log ' + unit:>8} {'log/GCN':>8} {'plain ' + unit:>9} "
           f"{'plain/BP':>9} {'BP MB':>8} {'log MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}"
           + (f" {'train ' + unit:>9} {'eager tr':>9} {'GCN2 tr':>9} {'train/GCN2':>10} {'eager/train':>11}"
-             if args.train else ""))
+             if args.train else "")
+          + (f" {'given ' + unit:>9} {'given/BP':>8} {'GCNrcm ' + unit:>9} {'BP/GCNrcm':>9}"
+             + (f" {'given tr':>9} {'given/tr':>8}" if args.train else "") if args.order else ""))
     for c in args.classes:
         res = {}
-        for op in ("bp", "eager", "log", "gcn", "plain") + (("train-fused", "train-eager", "gcn2-train")
-                                                            if args.train else ()):
+        ops = ("bp", "eager", "log", "gcn", "plain") + (("train-fused", "train-eager", "gcn2-train")
+                                                       if args.train else ())
+        if args.order:
+            ops += ("bp-given", "gcn-rcm") + (("train-fused-given",) if args.train else ())
+        for op in ops:
             cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
                    str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
                    "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
@@ -193,7 +217,12 @@ def main() -> None:
               + (f" {u * res['train-fused']['seconds']:>9.3f} {u * res['train-eager']['seconds']:>9.3f} "
                  f"{u * res['gcn2-train']['seconds']:>9.3f} "
                  f"{res['train-fused']['seconds'] / res['gcn2-train']['seconds']:>10.2f} "
-                 f"{res['train-eager']['seconds'] / res['train-fused']['seconds']:>11.2f}" if args.train else ""),
+                 f"{res['train-eager']['seconds'] / res['train-fused']['seconds']:>11.2f}" if args.train else "")
+              + (f" {u * res['bp-given']['seconds']:>9.3f} {res['bp-given']['seconds'] / lean['seconds']:>8.2f} "
+                 f"{u * res['gcn-rcm']['seconds']:>9.3f} {lean['seconds'] / res['gcn-rcm']['seconds']:>9.2f}"
+                 + (f" {u * res['train-fused-given']['seconds']:>9.3f} "
+                    f"{res['train-fused-given']['seconds'] / res['train-fused']['seconds']:>8.2f}" if args.train else "")
+                 if args.order else ""),
               flush=True)
 
 

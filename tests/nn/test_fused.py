@@ -38,7 +38,10 @@ def _both(layer, inputs, kw, params, seed=0):
 @pytest.mark.parametrize("damping", [0.0, 0.4])
 @pytest.mark.parametrize("weights", ["none", "edge", "message", "both"])
 @pytest.mark.parametrize("c", [5, 12])  # 12: the chunk products run on BLAS
-def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c):
+@pytest.mark.parametrize("reorder", [False, True])  # the layout renumbers the nodes (as on large graphs)
+def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c, reorder, monkeypatch):
+    if reorder:
+        monkeypatch.setattr(fused, "REORDER_MIN_EDGES", 0)
     if c == 12:
         from gbpn.nn._fused_kernels import _BLAS_CLASSES
         assert _BLAS_CLASSES <= c
@@ -219,3 +222,28 @@ def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
     assert torch.equal(src[torch.from_numpy(first.rev)], dst)
     ei.add_(0)  # bumps the version counter
     assert fused.csr_layout(ei, rev, 20) is not first
+
+
+def test_large_graph_layouts_renumber_the_nodes_for_locality(monkeypatch):
+    """From ``REORDER_MIN_EDGES`` edges on, the layout's nodes are a permutation of the graph's,
+    every CSR edge is a graph edge under it, a node's incoming edges are sorted by source, and the
+    reverses still pair up; below it the graph's own numbering is kept."""
+    side = 8  # an 8 x 8 grid, its nodes numbered at random: RCM finds the grid's locality again
+    n = side * side
+    i = torch.arange(n).view(side, side)
+    pairs = torch.cat([torch.stack([i[:, :-1].flatten(), i[:, 1:].flatten()]),
+                       torch.stack([i[:-1].flatten(), i[1:].flatten()])], 1)
+    ei = torch.randperm(n, generator=torch.Generator().manual_seed(7))[torch.cat([pairs, pairs.flip(0)], 1)]
+    rev = reverse_edge_index(ei, n)
+    assert fused.csr_layout(ei, rev, n).order is None  # far below the default threshold
+    monkeypatch.setattr(fused, "REORDER_MIN_EDGES", ei.size(1))
+    lay = fused.csr_layout(ei, rev, n)
+    assert torch.equal(torch.sort(lay.order).values, torch.arange(n)) and torch.equal(lay.order[lay.rank], torch.arange(n))
+    src, dst = torch.from_numpy(lay.src), torch.from_numpy(lay.dst)
+    assert torch.equal(lay.order[src], ei[0, lay.perm]) and torch.equal(lay.order[dst], ei[1, lay.perm])
+    assert bool(((dst[1:] > dst[:-1]) | ((dst[1:] == dst[:-1]) & (src[1:] > src[:-1]))).all())
+    assert torch.equal(src[torch.from_numpy(lay.rev)], dst)
+    # neighbours end up close: |i - j| at most about the grid's side, against ~n/3 at random
+    assert int((src - dst).abs().max()) <= 2 * side < float((ei[0] - ei[1]).abs().float().mean())
+    x = torch.randn(n, 3)
+    assert torch.equal(lay.from_layout(lay.to_layout(x)), x)
