@@ -61,7 +61,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     if op.endswith("-given"):  # the fused layout keeps the graph's node numbering
         import gbpn.nn.fused as fused
 
-        fused.REORDER_MIN_EDGES = ei.size(1) + 1
+        fused.REORDER_MIN_NODES = data.num_nodes + 1
         op = op[:-len("-given")]
     if op == "gcn-rcm":  # GCNConv on the graph renumbered as the fused layout renumbers it
         from gbpn.nn.fused import locality_order

@@ -41,7 +41,7 @@ def _both(layer, inputs, kw, params, seed=0):
 @pytest.mark.parametrize("reorder", [False, True])  # the layout renumbers the nodes (as on large graphs)
 def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c, reorder, monkeypatch):
     if reorder:
-        monkeypatch.setattr(fused, "REORDER_MIN_EDGES", 0)
+        monkeypatch.setattr(fused, "REORDER_MIN_NODES", 0)
     if c == 12:
         from gbpn.nn._fused_kernels import _BLAS_CLASSES
         assert _BLAS_CLASSES <= c
@@ -225,7 +225,7 @@ def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
 
 
 def test_large_graph_layouts_renumber_the_nodes_for_locality(monkeypatch):
-    """From ``REORDER_MIN_EDGES`` edges on, the layout's nodes are a permutation of the graph's,
+    """From ``REORDER_MIN_NODES`` nodes on, the layout's nodes are a permutation of the graph's,
     every CSR edge is a graph edge under it, a node's incoming edges are sorted by source, and the
     reverses still pair up; below it the graph's own numbering is kept."""
     side = 8  # an 8 x 8 grid, its nodes numbered at random: RCM finds the grid's locality again
@@ -236,7 +236,7 @@ def test_large_graph_layouts_renumber_the_nodes_for_locality(monkeypatch):
     ei = torch.randperm(n, generator=torch.Generator().manual_seed(7))[torch.cat([pairs, pairs.flip(0)], 1)]
     rev = reverse_edge_index(ei, n)
     assert fused.csr_layout(ei, rev, n).order is None  # far below the default threshold
-    monkeypatch.setattr(fused, "REORDER_MIN_EDGES", ei.size(1))
+    monkeypatch.setattr(fused, "REORDER_MIN_NODES", n)
     lay = fused.csr_layout(ei, rev, n)
     assert torch.equal(torch.sort(lay.order).values, torch.arange(n)) and torch.equal(lay.order[lay.rank], torch.arange(n))
     src, dst = torch.from_numpy(lay.src), torch.from_numpy(lay.dst)

@@ -205,7 +205,7 @@ def test_fused_and_eager_implicit_passes_agree_on_a_random_graph(dtype, tol, c, 
     if reorder:
         import gbpn.nn.fused as fused
 
-        monkeypatch.setattr(fused, "REORDER_MIN_EDGES", 0)
+        monkeypatch.setattr(fused, "REORDER_MIN_NODES", 0)
     n = 300
     ei = random_graph(n, 0.02, seed=3)
     g = torch.Generator().manual_seed(5)

@@ -171,7 +171,10 @@ class BeliefPropagation(nn.Module):
             within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path
             (the reference);
             ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
-            kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. (default: ``"auto"``)
+            kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. On CPU, from
+            :data:`gbpn.nn.fused.REORDER_MIN_NODES` nodes on, the fused kernels work on the nodes
+            renumbered for locality (:func:`~gbpn.nn.fused.locality_order`, once per graph, cached
+            with its layout; inputs and outputs keep the graph's numbering). (default: ``"auto"``)
 
     The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
     after ``edge_weight`` keyword-only. ``edge_index`` may be a ``[2, E]`` tensor, a
