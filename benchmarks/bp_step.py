@@ -63,12 +63,10 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
 
         fused.REORDER_MIN_NODES = data.num_nodes + 1
         op = op[:-len("-given")]
-    if op == "gcn-rcm":  # GCNConv on the graph renumbered as the fused layout renumbers it
-        from gbpn.nn.fused import locality_order
+    if op == "gcn-rcm":  # GCNConv on the graph renumbered by the fused layout itself
+        from gbpn.nn.fused import csr_layout
 
-        rank = torch.empty(data.num_nodes, dtype=torch.long)
-        rank[locality_order(ei, data.num_nodes)] = torch.arange(data.num_nodes)
-        ei, op = rank[ei], "gcn"
+        ei, op = csr_layout(ei, rev, data.num_nodes, reorder=True).rank[ei], "gcn"
     if op == "plain" and fraction < 1:
         keep = int(ei.size(1) * fraction)
         ei, rev = ei[:, :keep], None
