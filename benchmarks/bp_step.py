@@ -171,6 +171,9 @@ def main() -> None:
     ap.add_argument("--order", action="store_true",
                     help="also time the fused steps with the graph's own node numbering (the layout renumbers the "
                          "nodes of large graphs, gbpn.nn.fused.locality_order) and GCNConv on the renumbered graph")
+    ap.add_argument("--fused-only", action="store_true",
+                    help="time only the fused step, GCNConv and (with --train) their training steps: no eager, "
+                         "log-domain or plain columns")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.train and args.device != "cpu":
@@ -183,46 +186,54 @@ def main() -> None:
     where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
     print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}")
     u, unit = (1000.0, "ms") if args.device != "cpu" else (1.0, "s")  # GPU steps take well under a millisecond
-    print(f"{'c':>3} {'BP ' + unit:>8} {'GCNConv ' + unit:>10} {'BP/GCN':>7} {'eager ' + unit:>9} {'eager/BP':>9} "
-          f"{'log ' + unit:>8} {'log/GCN':>8} {'plain ' + unit:>9} "
-          f"{'plain/BP':>9} {'BP MB':>8} {'log MB':>8} {'GCN MB':>8} {'plain MB':>9} {'plain/BP mem':>12}"
-          + (f" {'train ' + unit:>9} {'eager tr':>9} {'GCN2 tr':>9} {'train/GCN2':>10} {'eager/train':>11}"
-             if args.train else "")
-          + (f" {'given ' + unit:>9} {'given/BP':>8} {'GCNrcm ' + unit:>9} {'BP/GCNrcm':>9}"
-             + (f" {'given tr':>9} {'given/tr':>8}" if args.train else "") if args.order else ""))
+    ops = ("bp", "gcn") + (() if args.fused_only else ("eager", "log", "plain"))
+    if args.train:
+        ops += ("train-fused", "gcn2-train") + (() if args.fused_only else ("train-eager",))
+    if args.order:
+        ops += ("bp-given", "gcn-rcm") + (("train-fused-given",) if args.train else ())
+    plain_mark = "~" if args.plain_edge_fraction < 1 else ""  # the plain form is timed on a fraction of the edges
+
+    def sec(op):
+        return lambda r, c: f"{u * r[op]['seconds']:.3f}"
+
+    def ratio(a, b, digits=2):
+        return lambda r, c: f"{r[a]['seconds'] / r[b]['seconds']:.{digits}f}"
+
+    def mb(op):
+        return lambda r, c: f"{r[op]['peak_mb']:.0f}"
+
+    # (header, needed op, cell): a column is printed when its op ran
+    columns = [
+        ("BP " + unit, "bp", sec("bp")), ("GCNConv " + unit, "gcn", sec("gcn")), ("BP/GCN", "gcn", ratio("bp", "gcn")),
+        ("eager " + unit, "eager", sec("eager")), ("eager/BP", "eager", ratio("eager", "bp")),
+        ("log " + unit, "log", sec("log")), ("log/GCN", "log", ratio("log", "gcn")),
+        ("plain " + unit, "plain", lambda r, c: (plain_mark if c >= 20 else "") + sec("plain")(r, c)),
+        ("plain/BP", "plain", ratio("plain", "bp", 1)),
+        ("BP MB", "bp", mb("bp")), ("log MB", "log", mb("log")), ("GCN MB", "gcn", mb("gcn")),
+        ("plain MB", "plain", lambda r, c: (plain_mark if c >= 20 else "") + mb("plain")(r, c)),
+        # a step that reuses its buffers allocates under 1 MB: no meaningful ratio
+        ("plain/BP mem", "plain", lambda r, c: f"{r['plain']['peak_mb'] / r['bp']['peak_mb']:.1f}"
+         if r["bp"]["peak_mb"] >= 1 else "-"),
+        ("train " + unit, "train-fused", sec("train-fused")), ("eager tr", "train-eager", sec("train-eager")),
+        ("GCN2 tr", "gcn2-train", sec("gcn2-train")), ("train/GCN2", "gcn2-train", ratio("train-fused", "gcn2-train")),
+        ("eager/train", "train-eager", ratio("train-eager", "train-fused")),
+        ("given " + unit, "bp-given", sec("bp-given")), ("given/BP", "bp-given", ratio("bp-given", "bp")),
+        ("GCNrcm " + unit, "gcn-rcm", sec("gcn-rcm")), ("BP/GCNrcm", "gcn-rcm", ratio("bp", "gcn-rcm")),
+        ("given tr", "train-fused-given", sec("train-fused-given")),
+        ("given/tr", "train-fused-given", ratio("train-fused-given", "train-fused")),
+    ]
+    columns = [col for col in columns if col[1] in ops]
+    widths = [max(8, len(name)) for name, _, _ in columns]
+    print(f"{'c':>3} " + " ".join(f"{name:>{w}}" for (name, _, _), w in zip(columns, widths)))
     for c in args.classes:
         res = {}
-        ops = ("bp", "eager", "log", "gcn", "plain") + (("train-fused", "train-eager", "gcn2-train")
-                                                       if args.train else ())
-        if args.order:
-            ops += ("bp-given", "gcn-rcm") + (("train-fused-given",) if args.train else ())
         for op in ops:
             cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
                    str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
                    "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True)
             res[op] = json.loads(out.stdout.strip().splitlines()[-1])
-        lean, logd, gcn, plain = res["bp"], res["log"], res["gcn"], res["plain"]
-        mark = "~" if c >= 20 and args.plain_edge_fraction < 1 else ""
-        print(f"{c:>3} {u * lean['seconds']:>8.3f} {u * gcn['seconds']:>10.3f} {lean['seconds'] / gcn['seconds']:>7.2f} "
-              f"{u * res['eager']['seconds']:>9.3f} {res['eager']['seconds'] / lean['seconds']:>9.2f} "
-              f"{u * logd['seconds']:>8.3f} {logd['seconds'] / gcn['seconds']:>8.2f} "
-              f"{mark + format(u * plain['seconds'], '.3f'):>9} {plain['seconds'] / lean['seconds']:>9.1f} "
-              f"{lean['peak_mb']:>8.0f} {logd['peak_mb']:>8.0f} {gcn['peak_mb']:>8.0f} "
-              f"{mark + format(plain['peak_mb'], '.0f'):>9} "
-              # a step that reuses its buffers allocates under 1 MB: no meaningful ratio
-              f"{format(plain['peak_mb'] / lean['peak_mb'], '.1f') if lean['peak_mb'] >= 1 else '-':>12}"
-              + (f" {u * res['train-fused']['seconds']:>9.3f} {u * res['train-eager']['seconds']:>9.3f} "
-                 f"{u * res['gcn2-train']['seconds']:>9.3f} "
-                 f"{res['train-fused']['seconds'] / res['gcn2-train']['seconds']:>10.2f} "
-                 f"{res['train-eager']['seconds'] / res['train-fused']['seconds']:>11.2f}" if args.train else "")
-              + (f" {u * res['bp-given']['seconds']:>9.3f} {res['bp-given']['seconds'] / lean['seconds']:>8.2f} "
-                 f"{u * res['gcn-rcm']['seconds']:>9.3f} {lean['seconds'] / res['gcn-rcm']['seconds']:>9.2f}"
-                 + (f" {u * res['train-fused-given']['seconds']:>9.3f} "
-                    f"{res['train-fused-given']['seconds'] / res['train-fused']['seconds']:>8.2f}" if args.train else "")
-                 if args.order else ""),
-              flush=True)
-
+        print(f"{c:>3} " + " ".join(f"{cell(res, c):>{w}}" for (_, _, cell), w in zip(columns, widths)), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -19,9 +19,11 @@ so that the innermost loop runs along the chunk and vectorises whatever ``c`` is
 ``_BLAS_CLASSES`` classes on they are BLAS matrix products (numba's ``np.dot``), which keep
 operands in registers where the loop streams them through memory.
 
-What bounds a step is the gather of the reverse messages ``M[rev[k]]``: rows of an ``[E, c]``
-array in no useful order, a cache miss each on any graph much larger than the cache. The
-cavity loop prefetches the row needed ``_AHEAD`` edges later, so that the misses overlap.
+What bounds a step are the two gathers of the cavity: the reverse messages ``M[rev[k]]``, rows
+of an ``[E, c]`` array in no useful order, and the sources' beliefs ``B[src[k]]``, rows of an
+``[N, c]`` array that the node renumbering brings closer but not into cache. Each is a cache miss
+on any graph much larger than the cache, so the cavity loop prefetches both rows ``_AHEAD`` edges
+before their use, and the misses overlap.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ _FM = {"contract", "reassoc", "nsz"}
 _CHUNK = 128  # edges per class-major chunk
 _GROUP = 1024  # edges per node group: a group's messages are still in cache when its beliefs read them
 _BLAS_CLASSES = 8  # from this many classes on, chunk products go to BLAS (below, a call costs more than the loop)
-_AHEAD = 24  # edges between a reverse message's prefetch and its use
+_AHEAD = 24  # edges between the prefetch of a gathered row (reverse message, source belief) and its use
 _PREFETCH_MIN = 1 << 19  # messages (E x c numbers) from which they no longer sit in cache and prefetching pays
 
 
@@ -158,12 +160,15 @@ def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
 
 @njit(inline="always", fastmath=_FM)
 def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
-    """``cav[:, e]`` for edge ``k0 + e`` (:func:`_cavity`), prefetching the reverse messages ahead."""
+    """``cav[:, e]`` for edge ``k0 + e`` (:func:`_cavity`), prefetching the reverse message and the
+    source's belief ahead."""
     E = rev.shape[0]
-    ahead = _prefetch_distance(E, cav.shape[0])
+    c = cav.shape[0]
+    ahead = _prefetch_distance(E, c)
     for e in range(n):
         if k0 + e + ahead < E:
-            _prefetch_row(M_prev, rev[k0 + e + ahead], cav.shape[0])
+            _prefetch_row(M_prev, rev[k0 + e + ahead], c)
+            _prefetch_row(B_prev if mw.shape[0] == 0 else b_prev, src[k0 + e + ahead], c)
         _cavity(cav, e, k0 + e, src, rev, b_prev, B_prev, M_prev, mw)
 
 
@@ -496,10 +501,14 @@ def gather_reverse(rowptr, blocks, rev, Gv, out):
     """``out[i] += sum of Gv[rev[k]]`` over the incoming edges ``k`` of ``i`` (= over the outgoing edges of ``i``)."""
     n_blocks = blocks.shape[0] - 1
     c = out.shape[1]
+    E = rev.shape[0]
+    ahead = _prefetch_distance(E, c)
     for blk in range(n_blocks):
         old = _flush_denormals()
         for i in range(blocks[blk], blocks[blk + 1]):
             for k in range(rowptr[i], rowptr[i + 1]):
+                if k + ahead < E:
+                    _prefetch_row(Gv, rev[k + ahead], c)
                 r = rev[k]
                 for a in range(c):
                     out[i, a] += Gv[r, a]
@@ -549,9 +558,11 @@ def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, 
         for k0 in range(rowptr[blocks[blk]], k_end, _CHUNK):
             n = 0
             for k in range(k0, min(k0 + _CHUNK, k_end)):
-                if k + ahead < E:
+                if k + ahead < E:  # the pair's rows in no useful order: the reverse's, the source's
                     _prefetch_row(M, rev[k + ahead], c)
                     _prefetch_row(Gv, rev[k + ahead], c)
+                    _prefetch_row(B if mw.shape[0] == 0 else b, src[k + ahead], c)
+                    _prefetch_row(gz, src[k + ahead], c)
                 r = rev[k]
                 if (k < r) == ((k + r) % 2 == 0):
                     ks[n] = k
