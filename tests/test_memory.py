@@ -83,3 +83,63 @@ def test_a_private_mapping_with_swapped_out_writes_is_left_alone(monkeypatch, tm
     monkeypatch.setattr("builtins.open", lambda f, *a, **k: io.StringIO("".join(patched))
                         if f == "/proc/self/smaps" else real_open(f, *a, **k))
     assert memory.release_file_pages(t) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_step_buffers_are_zero_and_writable_below_and_above_the_huge_page_size(dtype):
+    small = memory.huge_zeros(3, 4, dtype=dtype)
+    n = memory.HUGE_MIN // small.element_size() // 7 + 1
+    big = memory.huge_zeros(7, n, dtype=dtype)
+    for t, shape in ((small, (3, 4)), (big, (7, n))):
+        assert t.shape == shape and t.dtype == dtype and not t.any()
+        t[-1, -1] = 2.5
+        t.numpy()[0, 0] = 1.5  # the kernels write through numpy views
+        assert float(t.sum()) == 4.0
+
+
+def test_step_buffers_work_where_the_kernel_refuses_huge_pages(monkeypatch):
+    class Refusing(mmap.mmap):
+        def madvise(self, *args):
+            raise OSError(22, "Invalid argument")  # EINVAL: a kernel built without THP
+
+    monkeypatch.setattr(memory, "mmap", types.SimpleNamespace(
+        mmap=Refusing, MAP_PRIVATE=mmap.MAP_PRIVATE, MAP_ANONYMOUS=mmap.MAP_ANONYMOUS, MADV_HUGEPAGE=mmap.MADV_HUGEPAGE))
+    t = memory.MappingPool(0).zeros((2, memory.HUGE_MIN // 4), torch.float32)
+    assert not t.any() and t.shape == (2, memory.HUGE_MIN // 4)
+
+
+def test_a_freed_mapping_is_handed_out_again_zeroed_and_a_live_one_never():
+    pool = memory.MappingPool(1 << 30)
+    n = memory.HUGE_MIN // 4
+    a = pool.zeros((2, n), torch.float32)
+    ptr = a.data_ptr()
+    a.fill_(3.0)
+    view = a[1].numpy()  # a numpy view keeps the storage, hence the mapping, alive
+    del a
+    b = pool.zeros((2, n), torch.float32)
+    assert b.data_ptr() != ptr and not b.any()  # still viewed: a new mapping
+    assert float(view[0]) == 3.0
+    del view
+    c = pool.zeros((2, n - 5), torch.float32)  # the same size class
+    assert c.data_ptr() == ptr and c.shape == (2, n - 5) and not c.any()
+    assert pool.held() == (2 * len(pool._maps[0]), 0)
+
+
+def test_free_mappings_beyond_the_limit_are_unmapped_oldest_first():
+    n = memory.HUGE_MIN // 4
+    size = memory._size_class(2 * n * 4)
+    pool = memory.MappingPool(size)  # room for one free mapping
+    a, b = pool.zeros((2, n), torch.float32), pool.zeros((2, n), torch.float32)
+    del a, b
+    assert pool.held() == (0, 2 * size)  # freed, not yet trimmed
+    c = pool.zeros((4, n), torch.float32)  # another size class: trims the free ones to the limit
+    assert pool.held() == (len(pool._maps[-1]), size)
+    del c
+    assert pool.empty_cache() == size + memory._size_class(4 * n * 4) and pool.held() == (0, 0)
+    assert memory.MappingPool(0).zeros((2, n), torch.float32).shape == (2, n)  # keeps nothing, still works
+
+
+def test_size_classes_waste_at_most_a_sixteenth():
+    for nbytes in (memory.HUGE_MIN, memory.HUGE_MIN + 1, 3 * memory.HUGE_MIN - 7, 10**9 + 12345):
+        size = memory._size_class(nbytes)
+        assert nbytes <= size <= nbytes * 17 / 16 + (1 << 21) and size % (1 << 21) == 0

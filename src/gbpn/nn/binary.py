@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gbpn.nn.fused import _np, _parallel, _threads, cached_layout, eager_vjp, needs_grad, self_tested, zeros
+from gbpn.nn.fused import _np, _parallel, _threads, cached_layout, eager_vjp, needs_grad, self_tested
+from gbpn.memory import huge_zeros
 from gbpn.nn.functional import pairing
 
 
@@ -156,8 +157,8 @@ class _BinaryBP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi: Tensor, log_H: Tensor, r: _Run, steps: int, tol: Optional[float], want_res: bool):
         n, h = phi.size(0), r.layout.u.shape[0]
-        M = zeros(steps + 1, 2 * h, dtype=phi.dtype)
-        B = zeros(steps + 1, n, dtype=torch.float64)
+        M = huge_zeros(steps + 1, 2 * h, dtype=phi.dtype)
+        B = huge_zeros(steps + 1, n, dtype=torch.float64)
         B[0] = torch.from_numpy(r.phi)
         residuals, last = _forward(r, steps, tol, want_res, M.numpy(), B.numpy())
         ctx.r = r
@@ -188,7 +189,7 @@ class _BinaryBP(torch.autograd.Function):
         if r.known.shape[0]:
             gm[r.known] = 0.0
         gphi = gm.copy()
-        G = zeros(M.size(1), dtype=torch.float64).numpy()
+        G = huge_zeros(M.size(1), dtype=torch.float64).numpy()
         acc = np.zeros((r.threads, phi.size(0)))
         gH = np.zeros((r.threads, 4))
         Mn, Bn = M.numpy(), B.numpy()

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import mmap
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gbpn.memory import huge_zeros
 from gbpn.nn.functional import aggregate
 from gbpn.nn.implicit import FALLBACK_STEPS, ImplicitStats
 
@@ -215,24 +215,6 @@ def csr_layout(edge_index: Tensor, rev_index: Tensor, num_nodes: int, reorder: O
     return cached_layout(edge_index, rev_index, ("cpu", num_nodes, reorder), build)
 
 
-# Buffers from this size (bytes) are mapped with transparent huge pages: a training step's K + 1
-# saved message arrays are gigabytes, touched for the first time in the step, and 4 KiB pages cost
-# a fault each (at c = 40 on the arXiv-sized graph, a fused training step took 1.4x as long)
-_HUGE_MIN = 1 << 23
-
-
-def zeros(*shape: int, dtype: torch.dtype) -> Tensor:
-    """A zero tensor, from :data:`_HUGE_MIN` bytes on in an anonymous mapping advised to use huge
-    pages (zero-filled by the kernel; freed when the tensor is)."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < _HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return torch.zeros(shape, dtype=dtype)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared memory gets no THP
-    with contextlib.suppress(OSError):  # a kernel without THP refuses the advice: plain pages then
-        buf.madvise(mmap.MADV_HUGEPAGE)
-    return torch.frombuffer(buf, dtype=dtype).view(shape)
-
-
 def _abs_max(a: np.ndarray) -> float:
     """The largest ``|a|`` (NaN if ``a`` holds one; 0 if empty), without a temporary array."""
     return float(torch.linalg.vector_norm(torch.from_numpy(a), math.inf)) if a.size else 0.0
@@ -323,9 +305,9 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     E = g.layout.src.shape[0]
     slots = steps + 1 if save else 2
     # without saving, two separate message buffers: the caller keeps the last and the other is freed
-    M = zeros(slots, E, c, dtype=phi.dtype) if save else [zeros(E, c, dtype=phi.dtype) for _ in range(2)]
-    B = zeros(slots, n, c, dtype=phi.dtype)
-    b = zeros(slots, n, c, dtype=phi.dtype)
+    M = huge_zeros(slots, E, c, dtype=phi.dtype) if save else [huge_zeros(E, c, dtype=phi.dtype) for _ in range(2)]
+    B = huge_zeros(slots, n, c, dtype=phi.dtype)
+    b = huge_zeros(slots, n, c, dtype=phi.dtype)
     M[0].fill_(1.0 / c)
     b[0] = phi.detach()
     B[0] = b[0].exp()
@@ -400,13 +382,13 @@ class _Adjoint:
         if g_msg is not None and g_msg.numel():
             self.D = _np(g_msg).astype(np_dtype)
         else:  # the damping's share of the message gradient, carried to the step before; none: empty
-            self.D = zeros(E if float(g.damping[0]) > 0 else 0, c, dtype=dtype).numpy()
+            self.D = huge_zeros(E if float(g.damping[0]) > 0 else 0, c, dtype=dtype).numpy()
         self.Gphi = torch.zeros(n, c, dtype=dtype)
         self.GL = np.zeros((self.blocks.shape[0] - 1, c, c), np.float64)
         self.Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
         # buffers=1: the implicit series, whose terms are updated in place (adjoint_pairs)
-        self.Gv_next = zeros(E, c, dtype=dtype).numpy()
-        self.Gv_cur = zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
+        self.Gv_next = huge_zeros(E, c, dtype=dtype).numpy()
+        self.Gv_cur = huge_zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
         self.gz = np.empty((n, c), np_dtype)
 
     def reset(self) -> None:
