@@ -143,3 +143,11 @@ def test_size_classes_waste_at_most_a_sixteenth():
     for nbytes in (memory.HUGE_MIN, memory.HUGE_MIN + 1, 3 * memory.HUGE_MIN - 7, 10**9 + 12345):
         size = memory._size_class(nbytes)
         assert nbytes <= size <= nbytes * 17 / 16 + (1 << 21) and size % (1 << 21) == 0
+
+
+def test_pool_limit_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GBPN_POOL_BYTES", "1e9")
+    assert memory._pool_limit() == 10**9
+    monkeypatch.setenv("GBPN_POOL_BYTES", "lots")
+    with pytest.warns(RuntimeWarning, match="GBPN_POOL_BYTES must be a number of bytes"):
+        assert memory._pool_limit(123) == 123

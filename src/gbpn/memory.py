@@ -25,6 +25,7 @@ import mmap
 import os
 import sys
 import threading
+import warnings
 from typing import List, Tuple
 
 import torch
@@ -118,12 +119,13 @@ class MappingPool:
         return sum(n for n, f in sizes if not f), sum(n for n, f in sizes if f)
 
 
-def _pool_limit() -> int:
-    raw = os.environ.get("GBPN_POOL_BYTES", str(4 << 30))
+def _pool_limit(default: int = 4 << 30) -> int:
+    raw = os.environ.get("GBPN_POOL_BYTES")
     try:
-        return max(0, int(float(raw)))
-    except ValueError:
-        raise ValueError(f"GBPN_POOL_BYTES must be a number of bytes, got {raw!r}") from None
+        return default if raw is None else max(0, int(float(raw)))
+    except ValueError:  # at import time: say so, do not fail every command
+        warnings.warn(f"GBPN_POOL_BYTES must be a number of bytes, got {raw!r}; using {default}", RuntimeWarning)
+        return default
 
 
 POOL = MappingPool(_pool_limit())
