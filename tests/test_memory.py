@@ -151,3 +151,14 @@ def test_pool_limit_from_the_environment(monkeypatch):
     monkeypatch.setenv("GBPN_POOL_BYTES", "lots")
     with pytest.warns(RuntimeWarning, match="GBPN_POOL_BYTES must be a number of bytes"):
         assert memory._pool_limit(123) == 123
+
+
+def test_without_reference_counts_to_go_by_the_pool_keeps_nothing(monkeypatch):
+    assert memory._tracks_views()  # CPython: a frombuffer tensor holds its buffer
+    monkeypatch.setattr(memory, "_tracks_views", lambda: False)
+    pool = memory.MappingPool(1 << 30)
+    a = pool.zeros((2, memory.HUGE_MIN // 4), torch.float32)
+    a.fill_(1.0)
+    del a
+    b = pool.zeros((2, memory.HUGE_MIN // 4), torch.float32)
+    assert not b.any() and pool.held() == (0, 0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import mmap
 import os
@@ -56,6 +57,26 @@ def _size_class(nbytes: int) -> int:
     return -(-nbytes // granule) * granule
 
 
+def _refs(items: list, i: int) -> int:
+    """References to ``items[i]``, counted the same way for the pool's mappings and the baseline."""
+    return sys.getrefcount(items[i])
+
+
+_BASE_REFS = _refs([object()], 0)  # an object held by one list only (the count differs by interpreter)
+
+
+@functools.lru_cache(maxsize=None)
+def _tracks_views() -> bool:
+    """Whether a tensor made by ``torch.frombuffer`` (and a view of it) shows in its buffer's reference
+    count, and stops showing once freed: the pool's test of a free mapping. Where it does not (another
+    interpreter), the pool keeps nothing and every buffer is a fresh mapping."""
+    items = [bytearray(16)]
+    t = torch.frombuffer(items[0], dtype=torch.uint8)[4:]
+    held = _refs(items, 0) > _BASE_REFS
+    del t
+    return held and _refs(items, 0) <= _BASE_REFS
+
+
 class MappingPool:
     """Anonymous private mappings advised for transparent huge pages, kept after the tensors that
     view them are freed and handed out again (zeroed) for a buffer of the same size class; like
@@ -72,8 +93,7 @@ class MappingPool:
         self._lock = threading.Lock()
 
     def _free(self) -> List[int]:
-        # the list's reference and getrefcount's argument: nothing else holds the mapping
-        return [i for i in range(len(self._maps)) if sys.getrefcount(self._maps[i]) <= 2]
+        return [i for i in range(len(self._maps)) if _refs(self._maps, i) <= _BASE_REFS]
 
     def zeros(self, shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
@@ -86,7 +106,8 @@ class MappingPool:
                 buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared memory gets no THP
                 with contextlib.suppress(OSError, AttributeError):  # no THP (or not Linux): plain pages then
                     buf.madvise(mmap.MADV_HUGEPAGE)
-            self._maps.append(buf)
+            if _tracks_views():
+                self._maps.append(buf)
             t = torch.frombuffer(buf, dtype=dtype, count=math.prod(shape)).view(shape)
             del buf
             self._trim(self.limit)
