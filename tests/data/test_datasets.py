@@ -208,3 +208,42 @@ def test_ogbn_without_release_file_is_a_clear_error(tmp_path):
     (tmp_path / "ogbn_products" / "RELEASE_v1.txt").unlink()
     with pytest.raises(GBPNError, match="RELEASE_v1.txt"):
         load_dataset("ogbn-products", str(tmp_path))
+
+
+def test_one_process_at_a_time_prepares_a_data_set(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from gbpn.data.datasets import loading_lock
+
+    monkeypatch.setenv("GBPN_CACHE", str(tmp_path))
+    entered = threading.Event()
+
+    def other():
+        with loading_lock("cora"):  # its own open file: flock makes it wait like another process
+            entered.set()
+
+    with loading_lock("cora"):
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.3)
+        assert not entered.is_set()
+        with loading_lock("citeseer"):  # another data set is not held up
+            pass
+    t.join(5)
+    assert entered.is_set()
+
+
+def test_runs_started_together_load_the_same_data_set_into_a_fresh_cache(tmp_path, data_dir):
+    import subprocess
+    import sys
+
+    code = ("import sys; from gbpn.data import load_dataset; "
+            "d = load_dataset('citeseer', sys.argv[1]); print(d.num_nodes, d.edge_index.size(1))")
+    env = {**os.environ, "GBPN_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", code, data_dir], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert out.split() == ["3327", "9104"]

@@ -11,6 +11,7 @@ the writable cache (``GBPN_CACHE``, default ``~/.cache/gbpn``) first.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -20,7 +21,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -49,6 +50,31 @@ def data_root(data_dir: Optional[str] = None) -> Path:
 
 def cache_root() -> Path:
     return Path(os.environ.get("GBPN_CACHE") or Path.home() / ".cache" / "gbpn").expanduser()
+
+
+@contextlib.contextmanager
+def loading_lock(key: str) -> Iterator[None]:
+    """Hold the data set ``key``'s lock file (in the cache folder) while preparing it: several runs
+    started together (a grid's workers, ``torchrun`` ranks) would otherwise copy the same raw files
+    and let PyG / OGB write the same processed files at once. Unlocked where the cache folder cannot
+    be written or ``fcntl`` does not exist (Windows)."""
+    fh = None
+    try:
+        import fcntl
+
+        folder = cache_root() / "locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        fh = open(folder / f"{key}.lock", "a")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        if fh is not None:
+            fh.close()
+            fh = None
+    try:
+        yield
+    finally:
+        if fh is not None:
+            fh.close()  # releases the lock
 
 
 def available_datasets() -> List[str]:
@@ -584,18 +610,12 @@ def load_dataset(
     if sample != 0 and key not in REFERENCE_GRIDS and not key.startswith("synth-"):
         raise GBPNError(f"--sample {sample} picks a label sample of a synthetic grid (ising+, ising-, mrf+, mrf-, "
                         f"synth-*); {name} has one labelling: leave --sample out")
-    if key in PLANETOID:
-        data = _planetoid(key, root)
-    elif key in COAUTHOR:
-        data = _coauthor(key, root)
-    elif key in WIKIPEDIA:
-        data = _wikipedia(key, root)
-    elif key in YANDEX:
-        data = _yandex(key, root)
-    elif key == "elliptic":
-        data = _elliptic(root)
-    elif key in OGB:
-        data = _ogb(key, root)
+    files = {**dict.fromkeys(PLANETOID, _planetoid), **dict.fromkeys(COAUTHOR, _coauthor),
+             **dict.fromkeys(WIKIPEDIA, _wikipedia), **dict.fromkeys(YANDEX, _yandex), **dict.fromkeys(OGB, _ogb),
+             "elliptic": lambda _key, where: _elliptic(where)}
+    if key in files:  # loaders that write a cache (raw copies, processed files): one process at a time
+        with loading_lock(key):
+            data = files[key](key, root)
     elif key == "election":
         data = _election(root)
     elif key == "sexual":
