@@ -35,6 +35,11 @@ from torch import Tensor
 POPULATE_MIN = 1 << 23  # bytes; smaller tensors come from torch's allocator
 
 
+def _anonymous(nbytes: int, flags: int = 0) -> mmap.mmap:
+    """A private anonymous mapping (zero pages; ``flags`` added, such as ``MAP_POPULATE``)."""
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
+
+
 def populated_zeros(shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
     """A zero CPU tensor; from :data:`POPULATE_MIN` bytes on, in an anonymous mapping populated up
     front (zero-filled by the kernel, released when the tensor is). Where ``MAP_POPULATE`` does not
@@ -42,7 +47,7 @@ def populated_zeros(shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < POPULATE_MIN or not hasattr(mmap, "MAP_POPULATE"):
         return torch.zeros(shape, dtype=dtype)
-    buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+    buf = _anonymous(nbytes, mmap.MAP_POPULATE)
     return torch.frombuffer(buf, dtype=dtype).view(shape)
 
 
@@ -103,7 +108,7 @@ class MappingPool:
             if reuse is not None:
                 buf = self._maps.pop(reuse)
             else:
-                buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared memory gets no THP
+                buf = _anonymous(size)  # private: shared memory gets no THP
                 with contextlib.suppress(OSError, AttributeError):  # no THP (or not Linux): plain pages then
                     buf.madvise(mmap.MADV_HUGEPAGE)
             if _tracks_views():

@@ -137,6 +137,14 @@ def _prefetch_row(M, r, c):
     _prefetch(M, base + c - 1)
 
 
+@njit(inline="always")
+def _prefetch_cavity(k, src, rev, b_prev, B_prev, M_prev, mw, c):
+    """Prefetch the rows the cavity of edge ``k`` reads (:func:`_cavity`): its reverse message and
+    its source's belief (``b`` with message weights, else ``B``)."""
+    _prefetch_row(M_prev, rev[k], c)
+    _prefetch_row(B_prev if mw.shape[0] == 0 else b_prev, src[k], c)
+
+
 @njit(inline="always", fastmath=_FM)
 def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
     """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
@@ -167,8 +175,7 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
     ahead = _prefetch_distance(E, c)
     for e in range(n):
         if k0 + e + ahead < E:
-            _prefetch_row(M_prev, rev[k0 + e + ahead], c)
-            _prefetch_row(B_prev if mw.shape[0] == 0 else b_prev, src[k0 + e + ahead], c)
+            _prefetch_cavity(k0 + e + ahead, src, rev, b_prev, B_prev, M_prev, mw, c)
         _cavity(cav, e, k0 + e, src, rev, b_prev, B_prev, M_prev, mw)
 
 
@@ -559,9 +566,8 @@ def adjoint_pairs(rowptr, blocks, src, rev, dst, b, B, M, gz, Gv, D, GL, Gw, H, 
             n = 0
             for k in range(k0, min(k0 + _CHUNK, k_end)):
                 if k + ahead < E:  # the pair's rows in no useful order: the reverse's, the source's
-                    _prefetch_row(M, rev[k + ahead], c)
+                    _prefetch_cavity(k + ahead, src, rev, b, B, M, mw, c)
                     _prefetch_row(Gv, rev[k + ahead], c)
-                    _prefetch_row(B if mw.shape[0] == 0 else b, src[k + ahead], c)
                     _prefetch_row(gz, src[k + ahead], c)
                 r = rev[k]
                 if (k < r) == ((k + r) % 2 == 0):
