@@ -179,6 +179,22 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
         _cavity(cav, e, k0 + e, src, rev, b_prev, B_prev, M_prev, mw)
 
 
+@njit(inline="always")
+def _save_cavities(C, cav, k0, n):
+    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward."""
+    for e in range(n):
+        for a in range(cav.shape[0]):
+            C[k0 + e, a] = cav[a, e]
+
+
+@njit(inline="always")
+def _load_cavities(cav, C, k0, n):
+    """``cav[:, e] = C[k0 + e]``: the chunk's cavities as the forward saved them."""
+    for e in range(n):
+        for a in range(cav.shape[0]):
+            cav[a, e] = C[k0 + e, a]
+
+
 @njit(inline="always", fastmath=_FM)
 def _chunk_matmul(out, A, x, n):
     """``out[:, :n] = A @ x[:, :n]``, the innermost loop along the chunk (BLAS on whole chunks from
@@ -231,15 +247,15 @@ def _column_sums(out, P, n):
 
 @njit(nogil=True, cache=True, fastmath=_FM)
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
-                 res, HT, L, damping, ew, mw, span):
+                 res, HT, L, damping, ew, mw, span, C):
     r"""One BP step: for each node ``i`` and each incoming edge ``k``
 
     .. math::
         P_k = (H^{w_k})^\top \mathrm{cav}_k,\quad M'_k = (1-\lambda) P_k / \textstyle\sum P_k + \lambda M_k,
         \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
 
-    writing ``M_new``, ``b_out``, ``B_out = exp(b_out)`` and, if ``res`` is non-empty, the L1 change
-    of ``B`` per node. ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
+    writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
+    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`). ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
     message weights the sum of logs is the log of float64 products of ``span`` messages at a time
     (``span`` small enough that no product underflows).
     """
@@ -263,6 +279,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
+                if C.shape[0] > 0:
+                    _save_cavities(C, cav, k0, n)
                 _products(P, cav, n, HT, L, ew, k0, Hw)
                 _column_sums(inv, P, n)
                 for e in range(n):
@@ -429,7 +447,7 @@ def _weighted_back(Gv, Gw, k, cav, tau, e, w, L, Hw, gl):
 
 @njit(nogil=True, cache=True, fastmath=_FM)
 def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_prev, M_t, Gb_ext, Gv_next, Gv_cur,
-                  D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first):
+                  D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first, C):
     r"""Vector-Jacobian product of one :func:`forward_step` (step :math:`t`), one pass over the nodes.
 
     For node ``i``: :math:`g^b_i = [\text{first}]\,G^{\mathrm{ext}}_i + \sum_{k \to i} G^v_{t+1}[\bar k]`
@@ -443,6 +461,11 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     times :math:`w_k H^{w_k}`, and :math:`G_{w_k} \mathrel{+}= \sum \mathrm{cav}\,\tau^\top \odot H^{w_k} \odot L`),
     and the damping's share :math:`D_k \leftarrow \lambda\,g\,M^{t-1}_k / M^t_k` for step :math:`t-1`.
     ``D`` is empty when it would stay zero (no damping, no gradient of the last messages).
+
+    ``C``, if non-empty (undamped steps only), holds the step's cavities as :func:`forward_step`
+    saved them: they are read in edge order instead of gathered from ``B_prev[src]`` and
+    ``M_prev[rev]``, and :math:`M^t` is recomputed from them (:math:`P / Z`), so that ``M_prev`` and
+    ``M_t`` are not read; on graphs beyond the cache this trades two gathers per edge for one product.
     """
     n_blocks = blocks.shape[0] - 1
     c = B_t.shape[1]
@@ -450,6 +473,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     one = lam * 0 + 1
     weighted = ew.shape[0] > 0
     carry = D.shape[0] > 0  # an empty D: no damping and no gradient of the last messages (all zeros)
+    saved = C.shape[0] > 0
     E = rev.shape[0]
     ahead = _prefetch_distance(E, c)
     cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
@@ -465,10 +489,14 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                 _belief_grad(i, rowptr, rev, known, B_t, Gb_ext, Gv_next, gz, Gphi, first, ahead)
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
-                _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
-                if lam > 0 or weighted:
+                if saved:
+                    _load_cavities(cav, C, k0, n)
+                else:
+                    _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
+                products = lam > 0 or weighted or saved
+                if products:
                     _products(P, cav, n, HT, L, ew, k0, Hw)
-                _inverse_sums(zinv, P, cav, n, Hrow, lam > 0 or weighted, one)
+                _inverse_sums(zinv, P, cav, n, Hrow, products, one)
                 for e in range(n):
                     k = k0 + e
                     d = dst[k]
@@ -483,7 +511,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                             s += t * P[b, e]
                             D[k, b] = lam * g * M_prev[k, b] / M_t[k, b]
                         else:
-                            t = g / M_t[k, b]
+                            t = g / (P[b, e] * zinv[e] if saved else M_t[k, b])
                             s += g
                             if carry:
                                 D[k, b] = 0

@@ -93,10 +93,11 @@ def _self_test(dtype: torch.dtype) -> None:
 
 def _self_test_runs(phi: Tensor, log_H: Tensor, layout: "CSRLayout", known: Tensor, clamp: Tensor) -> None:
     dtype = phi.dtype
-    for ew, mw in ((None, None), (torch.full((4,), 0.5, dtype=dtype, requires_grad=True),
-                                  torch.full((4,), 2.0, dtype=dtype))):
-        out, _, _ = fused_bp(phi, log_H, layout, 2, 0.5, None, known, clamp, ew, mw, True, False)
-        out.sum().backward()
+    for damping in (0.0, 0.5):  # the backward from saved cavities, and from saved messages
+        for ew, mw in ((None, None), (torch.full((4,), 0.5, dtype=dtype, requires_grad=True),
+                                      torch.full((4,), 2.0, dtype=dtype))):
+            out, _, _ = fused_bp(phi, log_H, layout, 2, damping, None, known, clamp, ew, mw, True, False)
+            out.sum().backward()
 
 
 @dataclass
@@ -298,40 +299,52 @@ def _graph(log_H: Tensor, layout: CSRLayout, damping: float, known: Optional[Ten
 
 
 def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_res: bool, save: bool):
-    """The steps; returns log-beliefs, residuals, the steps' linear messages and beliefs (all steps if
-    ``save``, else the last two) as tensors."""
+    """The steps; returns log-beliefs, residuals, messages, linear and log beliefs, and cavities.
+
+    Without ``save``: the last messages and beliefs, no cavities. With ``save`` (for the backward):
+    every step's beliefs and, undamped, every step's cavities (``[K, E, c]``, which the backward
+    reads in edge order instead of gathering) with the last messages; damped, every step's messages
+    (``[K + 1, E, c]``; the damping's backward reads them) and no cavities."""
     k = _kernels()
     n, c = phi.shape
     E = g.layout.src.shape[0]
+    keep_msgs = save and float(g.damping[0]) > 0
+    # else two separate message buffers: the caller keeps the last and the other is freed
+    M = huge_zeros(steps + 1, E, c, dtype=phi.dtype) if keep_msgs else [huge_zeros(E, c, dtype=phi.dtype)
+                                                                         for _ in range(2)]
+    C = huge_zeros(steps, E, c, dtype=phi.dtype) if save and not keep_msgs else None
     slots = steps + 1 if save else 2
-    # without saving, two separate message buffers: the caller keeps the last and the other is freed
-    M = huge_zeros(slots, E, c, dtype=phi.dtype) if save else [huge_zeros(E, c, dtype=phi.dtype) for _ in range(2)]
     B = huge_zeros(slots, n, c, dtype=phi.dtype)
     b = huge_zeros(slots, n, c, dtype=phi.dtype)
     M[0].fill_(1.0 / c)
     b[0] = phi.detach()
     B[0] = b[0].exp()
     res_node = np.empty(n if (want_res or tol is not None) else 0, dtype=_np(phi).dtype)
+    no_cav = np.empty((0, c), dtype=res_node.dtype)
     residuals: List[Tensor] = []
-    Mn = M.numpy() if save else [m.numpy() for m in M]
+    Mn = M.numpy() if keep_msgs else [m.numpy() for m in M]
     Bn, bn = B.numpy(), b.numpy()
+    Cn = None if C is None else C.numpy()
     phi_np = _np(phi)
     lay = g.layout
-    t = 0
+    m_last = s_last = 0
     for step in range(steps):
-        cur, nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
-        _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[cur], Bn[cur],
-                                             Mn[cur], Mn[nxt], bn[nxt], Bn[nxt], res_node, g.HT, g.L, g.damping, g.ew,
-                                             g.mw, g.span), classes=c)
-        t = nxt
+        m_cur, m_nxt = (step, step + 1) if keep_msgs else (step % 2, (step + 1) % 2)
+        s_cur, s_nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
+        _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[s_cur],
+                                             Bn[s_cur], Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.HT,
+                                             g.L, g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step]),
+                  classes=c)
+        m_last, s_last = m_nxt, s_nxt
         if res_node.shape[0]:
             residuals.append(torch.tensor(float(res_node.max()) if n else 0.0, dtype=phi.dtype))
             if tol is not None and float(residuals[-1]) < tol:
                 break
     done = len(residuals) if tol is not None else steps
-    if save:
-        return b[done].clone(), residuals, M[: done + 1], B[: done + 1], b[: done + 1]
-    return b[t].clone(), residuals, M[t], B[t].clone(), b[t].clone()  # the other slots are freed
+    if not save:
+        return b[s_last].clone(), residuals, M[m_last], B[s_last].clone(), b[s_last].clone(), None  # others freed
+    return (b[done].clone(), residuals, M[: done + 1] if keep_msgs else M[m_last], B[: done + 1], b[: done + 1],
+            None if C is None else C[:done])
 
 
 class _FusedBP(torch.autograd.Function):
@@ -340,26 +353,30 @@ class _FusedBP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, steps: int, tol: Optional[float],
                 want_res: bool, want_msg: bool):
-        log_b, residuals, M, B, b = _run_forward(phi, g, steps, tol, want_res, save=True)
-        ctx.g = g
-        ctx.save_for_backward(M, B, b, phi, log_H, ew)
+        log_b, residuals, M, B, b, C = _run_forward(phi, g, steps, tol, want_res, save=True)
+        ctx.g, ctx.steps, ctx.cavities = g, B.size(0) - 1, C is not None
+        # what the backward reads per step: the cavities (undamped) or every step's messages
+        ctx.save_for_backward(M if C is None else C, B, b, phi, log_H, ew)
         res = torch.stack(residuals) if residuals else phi.new_zeros(0)
-        msg = M[-1].log() if want_msg else phi.new_zeros(0)
+        msg = (M[-1] if C is None else M).log() if want_msg else phi.new_zeros(0)
         ctx.mark_non_differentiable(res)
         ctx.set_materialize_grads(False)
         return log_b, msg, res
 
     @staticmethod
     def backward(ctx, g_b: Optional[Tensor], g_msg: Optional[Tensor], _g_res):
-        M, B, b, phi, log_H, ew = ctx.saved_tensors
+        S, B, b, phi, log_H, ew = ctx.saved_tensors
         g: _Graph = ctx.g
+        steps = ctx.steps
         if torch.is_grad_enabled():  # create_graph: differentiate the same steps again, eagerly, to any order
-            return _eager_backward(ctx, g, M.size(0) - 1, phi, log_H, ew, g_b, g_msg)
-        steps = M.size(0) - 1
-        Mn, Bn, bn = M.numpy(), B.numpy(), b.numpy()
+            return _eager_backward(ctx, g, steps, phi, log_H, ew, g_b, g_msg)
+        Sn, Bn, bn = S.numpy(), B.numpy(), b.numpy()
         adj = _Adjoint(g, g_b, g_msg)
         for t in range(steps, 0, -1):
-            adj.step(Bn[t], bn[t - 1], Bn[t - 1], Mn[t - 1], Mn[t], first=t == steps)
+            if ctx.cavities:
+                adj.step(Bn[t], bn[t - 1], Bn[t - 1], None, None, first=t == steps, C=Sn[t - 1])
+            else:
+                adj.step(Bn[t], bn[t - 1], Bn[t - 1], Sn[t - 1], Sn[t], first=t == steps)
         if steps:  # b^0 = phi is read by the first step's cavities
             _parallel(_kernels().gather_reverse, adj.blocks, (g.layout.rowptr, g.layout.rev, adj.Gv_next,
                                                               adj.Gphi.numpy()))
@@ -390,19 +407,22 @@ class _Adjoint:
         self.Gv_next = huge_zeros(E, c, dtype=dtype).numpy()
         self.Gv_cur = huge_zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
         self.gz = np.empty((n, c), np_dtype)
+        self.none = np.empty((0, c), np_dtype)  # an array argument the kernel does not read
 
     def reset(self) -> None:
         """Zero the accumulated gradients and the cavity gradients."""
         for a in (self.D, self.Gphi.numpy(), self.GL, self.Gw, self.Gv_next):
             a.fill(0)
 
-    def step(self, B_t, b_prev, B_prev, M_prev, M_t, first: bool) -> None:
-        """Back through one step (``first``: the last step, read by the loss only)."""
+    def step(self, B_t, b_prev, B_prev, M_prev, M_t, first: bool, C: Optional[np.ndarray] = None) -> None:
+        """Back through one step (``first``: the last step, read by the loss only); from its saved
+        cavities ``C`` (undamped; then ``M_prev`` and ``M_t`` are not read) or its messages."""
         g, lay = self.g, self.g.layout
+        M_prev, M_t, C = (self.none if a is None else a for a in (M_prev, M_t, C))
         _parallel(_kernels().backward_step, self.blocks,
                   (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, B_t, b_prev, B_prev, M_prev, M_t, self.Gb,
                    self.Gv_next, self.Gv_cur, self.D, self.Gphi.numpy(), self.gz, self.GL, self.Gw, g.H, g.HT,
-                   g.Hrow, g.L, g.damping, g.ew, g.mw, first),
+                   g.Hrow, g.L, g.damping, g.ew, g.mw, first, C),
                   per_block=(16,), classes=self.c)  # GL
         self.Gv_next, self.Gv_cur = self.Gv_cur, self.Gv_next
 
@@ -434,7 +454,7 @@ class _FusedImplicit(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, max_steps: int, tol: float,
                 stats: ImplicitStats):
-        log_b, residuals, M, B, b = _run_forward(phi, g, max_steps, tol, True, save=False)
+        log_b, residuals, M, B, b, _ = _run_forward(phi, g, max_steps, tol, True, save=False)
         ctx.converged = bool(residuals) and float(residuals[-1]) < tol
         stats.record_forward(len(residuals), ctx.converged)
         ctx.g, ctx.tol, ctx.max_steps, ctx.stats = g, tol, max_steps, stats
@@ -558,7 +578,7 @@ def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping:
         log_b, msg, res = _FusedBP.apply(phi, log_H, edge_weight, g, steps, tol, want_res, want_msg)
         return layout.from_layout(log_b), list(res.unbind()), (msg if want_msg else None)
     with torch.no_grad():
-        log_b, residuals, M, _, _ = _run_forward(phi, g, steps, tol, want_res, save=False)
+        log_b, residuals, M, _, _, _ = _run_forward(phi, g, steps, tol, want_res, save=False)
     return layout.from_layout(log_b), residuals, (M.log() if want_msg else None)
 
 
