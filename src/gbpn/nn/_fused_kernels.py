@@ -91,7 +91,34 @@ def _prefetch(typingctx, arr, index):
     return types.none(arr, index), codegen
 
 
+@intrinsic
+def _stream(typingctx, arr, index, value):
+    """``arr.flat[index] = value`` (C-contiguous ``arr``) as a non-temporal store: written to memory
+    without first reading the line into the cache, for arrays written now and read only much later.
+    Other threads see such stores after :func:`_fence`."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        store = builder.store(args[2], builder.gep(data, [args[1]]))
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+    return types.none(arr, index, arr.dtype), codegen
+
+
+@intrinsic
+def _sfence(typingctx):
+    """Order the non-temporal stores before every later store (x86 ``sfence``)."""
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
 if _X86:
+    @njit(inline="always")
+    def _fence():
+        _sfence()
+
     @njit(inline="always")
     def _flush_denormals():
         """Turn FTZ/DAZ on for this thread; returns the MXCSR to restore."""
@@ -102,7 +129,11 @@ if _X86:
     @njit(inline="always")
     def _restore(old):
         _put_mxcsr(old)
-else:  # other CPUs: leave the FP environment alone
+else:  # other CPUs: leave the FP environment alone (their non-temporal stores are ordered)
+    @njit(inline="always")
+    def _fence():
+        pass
+
     @njit(inline="always")
     def _flush_denormals():
         return np.uint32(0)
@@ -181,10 +212,18 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
 
 @njit(inline="always")
 def _save_cavities(C, cav, k0, n):
-    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward."""
-    for e in range(n):
-        for a in range(cav.shape[0]):
-            C[k0 + e, a] = cav[a, e]
+    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward; beyond the
+    cache, non-temporal (the backward reads them one whole pass later)."""
+    c = cav.shape[0]
+    if C.shape[0] * c < _PREFETCH_MIN:
+        for e in range(n):
+            for a in range(c):
+                C[k0 + e, a] = cav[a, e]
+    else:
+        for e in range(n):
+            base = (k0 + e) * c
+            for a in range(c):
+                _stream(C, base + a, cav[a, e])
 
 
 @njit(inline="always")
@@ -336,6 +375,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
                         d += abs(B_out[i, a] - B_prev[i, a])
                     res[i] = d
             i0 = i1
+        _fence()
         _restore(old)
 
 
@@ -476,6 +516,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     saved = C.shape[0] > 0
     E = rev.shape[0]
     ahead = _prefetch_distance(E, c)
+    stream = E * c >= _PREFETCH_MIN
     cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
     for blk in range(n_blocks):
         old = _flush_denormals()
@@ -523,11 +564,18 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                         _weighted_back(Gv_cur, Gw, k0 + e, cav, tau, e, ew[k0 + e], L, Hw, gl)
                 else:
                     _chunk_matmul(q, H, tau, n)
-                    for e in range(n):
-                        for a in range(c):
-                            Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
+                    if stream:  # read one whole pass later, gathered
+                        for e in range(n):
+                            base = (k0 + e) * c
+                            for a in range(c):
+                                _stream(Gv_cur, base + a, cav[a, e] * q[a, e])
+                    else:
+                        for e in range(n):
+                            for a in range(c):
+                                Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
                     _coupling_grad(gl, cav, tau, n, ct)
             i0 = i1
+        _fence()
         _restore(old)
 
 
