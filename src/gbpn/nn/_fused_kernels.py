@@ -495,6 +495,67 @@ def _weighted_back(Gv, Gw, k, cav, tau, e, w, L, Hw, gl):
     Gw[k] += gw
 
 
+@njit(inline="always", fastmath=_FM)
+def _cavity_grads(Gv, k0, n, cav, q, stream):
+    """``Gv[k0 + e] = cav[e] * q[e]`` (``[_CHUNK, c]`` views of either layout); ``stream``:
+    non-temporal, as ``Gv`` is read one whole pass later, gathered."""
+    c = Gv.shape[1]
+    if stream:
+        for e in range(n):
+            base = (k0 + e) * c
+            for a in range(c):
+                _stream(Gv, base + a, cav[e, a] * q[e, a])
+    else:
+        for e in range(n):
+            for a in range(c):
+                Gv[k0 + e, a] = cav[e, a] * q[e, a]
+
+
+@njit(inline="always", fastmath=_FM)
+def _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first, carry,
+               stream, one):
+    r""":func:`backward_step` for one chunk of edges whose cavities were saved (undamped, no edge
+    weights), from ``_BLAS_CLASSES`` classes on: edge-major (``[_CHUNK, c]`` scratch), so that
+    every per-edge loop runs along the classes in contiguous memory and vectorises, the divisions
+    included. ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
+    ``Gv = cav ⊙ τ H^T``, ``gl += cav^T τ`` (the rows past ``n`` of ``tauW`` are zeroed: the
+    products run on whole chunks)."""
+    c = cavW.shape[1]
+    for e in range(n):
+        for a in range(c):
+            cavW[e, a] = C[k0 + e, a]
+    np.dot(cavW, H, PW)
+    for e in range(n):
+        k = k0 + e
+        d = dst[k]
+        r = rev[k]
+        wk = mw[k] if mw.shape[0] > 0 else one
+        z = PW[e, 0] * 0
+        for b in range(c):
+            z += PW[e, b]
+        zi = one / z
+        s = z * 0
+        for b in range(c):
+            g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
+            g = D[k, b] + wk * g if carry else wk * g
+            tauW[e, b] = g / (PW[e, b] * zi)
+            s += g
+        if carry:
+            for b in range(c):
+                D[k, b] = 0
+        for b in range(c):
+            tauW[e, b] = (tauW[e, b] - s) * zi
+    for e in range(n, tauW.shape[0]):
+        for b in range(c):
+            tauW[e, b] = 0
+    np.dot(tauW, HT, qW)
+    _cavity_grads(Gv_cur, k0, n, cavW, qW, stream)
+    np.dot(cavW.T, tauW, ct)
+    for a in range(c):
+        for b in range(c):
+            gl[a, b] += ct[a, b]
+
+
 @njit(nogil=True, cache=True, fastmath=_FM)
 def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_prev, M_t, Gb_ext, Gv_next, Gv_cur,
                   D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first, C):
@@ -527,12 +588,15 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     E = rev.shape[0]
     ahead = _prefetch_distance(E, c)
     stream = E * c >= _PREFETCH_MIN
+    rows = saved and c >= _BLAS_CLASSES and not weighted  # the edge-major chunk (_back_rows)
     cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, tau, q, zinv, ssum, Hw = cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk], Hw_[blk]
         ct = ct_[blk]
         gl = GL[blk]
+        cavW, PW, tauW, qW = cav.reshape((_CHUNK, c)), P.reshape((_CHUNK, c)), tau.reshape((_CHUNK, c)), \
+            q.reshape((_CHUNK, c))
         i0 = blocks[blk]
         while i0 < blocks[blk + 1]:
             i1 = _group_end(rowptr, i0, blocks[blk + 1])
@@ -540,6 +604,10 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                 _belief_grad(i, rowptr, rev, known, B_t, Gb_ext, Gv_next, gz, Gphi, first, ahead)
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
+                if rows:
+                    _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
+                               carry, stream, one)
+                    continue
                 if saved:
                     _load_cavities(cav, C, k0, n)
                 else:
@@ -574,15 +642,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                         _weighted_back(Gv_cur, Gw, k0 + e, cav, tau, e, ew[k0 + e], L, Hw, gl)
                 else:
                     _chunk_matmul(q, H, tau, n)
-                    if stream:  # read one whole pass later, gathered
-                        for e in range(n):
-                            base = (k0 + e) * c
-                            for a in range(c):
-                                _stream(Gv_cur, base + a, cav[a, e] * q[a, e])
-                    else:
-                        for e in range(n):
-                            for a in range(c):
-                                Gv_cur[k0 + e, a] = cav[a, e] * q[a, e]
+                    _cavity_grads(Gv_cur, k0, n, cav.T, q.T, stream)
                     _coupling_grad(gl, cav, tau, n, ct)
             i0 = i1
         _fence()
