@@ -169,37 +169,28 @@ def _prefetch_row(M, r, c):
 
 
 @njit(inline="always")
-def _msg_row(M, k):
-    """The row of messages ``M`` that edge ``k`` reads: ``k``, or 0 when ``M`` has one row, the
-    same message on every edge (the uniform first messages: no gather)."""
-    return k if M.shape[0] > 1 else 0
-
-
-@njit(inline="always")
 def _prefetch_cavity(k, src, rev, b_prev, B_prev, M_prev, mw, c):
     """Prefetch the rows the cavity of edge ``k`` reads (:func:`_cavity`): its reverse message and
     its source's belief (``b`` with message weights, else ``B``)."""
-    if M_prev.shape[0] > 1:
-        _prefetch_row(M_prev, rev[k], c)
+    _prefetch_row(M_prev, rev[k], c)
     _prefetch_row(B_prev if mw.shape[0] == 0 else b_prev, src[k], c)
 
 
 @njit(inline="always", fastmath=_FM)
 def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
     """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
-    ``exp(b[src] - w'_rev log M[rev] - max)`` (:func:`_msg_row`: a one-row ``M`` on every edge)."""
+    ``exp(b[src] - w'_rev log M[rev] - max)``."""
     c = cav.shape[0]
     s = src[k]
     r = rev[k]
-    m = _msg_row(M_prev, r)
     if mw.shape[0] == 0:
         for a in range(c):
-            cav[a, e] = B_prev[s, a] / M_prev[m, a]
+            cav[a, e] = B_prev[s, a] / M_prev[r, a]
     else:
         w = mw[r]
         mx = -np.inf
         for a in range(c):
-            v = b_prev[s, a] - w * np.log(M_prev[m, a])
+            v = b_prev[s, a] - w * np.log(M_prev[r, a])
             cav[a, e] = v
             mx = max(mx, v)
         for a in range(c):
@@ -303,9 +294,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
         \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
 
     writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
-    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`).
-    ``M_prev`` may be one row, the same message on every edge (:func:`_msg_row`). ``damping`` is a
-    1-element array of the dtype (no float64 promotion). Without message weights the sum of logs is the log of float64 products of ``span`` messages at a time
+    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`). ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
+    message weights the sum of logs is the log of float64 products of ``span`` messages at a time
     (``span`` small enough that no product underflows).
     """
     n_blocks = blocks.shape[0] - 1
@@ -338,7 +328,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
                     k = k0 + e
                     for b in range(c):
                         m = P[b, e] * inv[e]
-                        M_new[k, b] = (one - lam) * m + lam * M_prev[_msg_row(M_prev, k), b] if lam > 0 else m
+                        M_new[k, b] = (one - lam) * m + lam * M_prev[k, b] if lam > 0 else m
             for i in range(i0, i1):
                 if known.shape[0] > 0 and known[i]:
                     for a in range(c):

@@ -316,10 +316,7 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     slots = steps + 1 if save else 2
     B = huge_zeros(slots, n, c, dtype=phi.dtype)
     b = huge_zeros(slots, n, c, dtype=phi.dtype)
-    # the first step reads the uniform messages as one row (no gather); M[0] is filled only where read
-    first = torch.full((1, c), 1.0 / c, dtype=phi.dtype).numpy()
-    if keep_msgs or steps == 0:
-        M[0].fill_(1.0 / c)
+    M[0].fill_(1.0 / c)
     b[0] = phi.detach()
     B[0] = b[0].exp()
     res_node = np.empty(n if (want_res or tol is not None) else 0, dtype=_np(phi).dtype)
@@ -334,10 +331,10 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     for step in range(steps):
         m_cur, m_nxt = (step, step + 1) if keep_msgs else (step % 2, (step + 1) % 2)
         s_cur, s_nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
-        _parallel(k.forward_step, g.blocks,
-                  (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[s_cur], Bn[s_cur],
-                   first if step == 0 else Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.HT, g.L,
-                   g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step]), classes=c)
+        _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[s_cur],
+                                             Bn[s_cur], Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.HT,
+                                             g.L, g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step]),
+                  classes=c)
         m_last, s_last = m_nxt, s_nxt
         if res_node.shape[0]:
             residuals.append(torch.tensor(float(res_node.max()) if n else 0.0, dtype=phi.dtype))
