@@ -125,6 +125,20 @@ def test_a_freed_mapping_is_handed_out_again_zeroed_and_a_live_one_never():
     assert pool.held() == (2 * len(pool._maps[0]), 0)
 
 
+def test_a_buffer_asked_for_without_zeroing_keeps_the_old_contents():
+    """``zero=False`` (``huge_empty``: the fused kernels' buffers they overwrite whole) saves a pass
+    over memory; a fresh mapping is zero either way."""
+    pool = memory.MappingPool(1 << 30)
+    n = memory.HUGE_MIN // 4
+    a = pool.zeros((2, n), torch.float32, zero=False)
+    ptr = a.data_ptr()
+    assert not a.any()
+    a.fill_(3.0)
+    del a
+    b = pool.zeros((2, n), torch.float32, zero=False)
+    assert b.data_ptr() == ptr and bool((b == 3.0).all())
+
+
 def test_free_mappings_beyond_the_limit_are_unmapped_oldest_first():
     n = memory.HUGE_MIN // 4
     size = memory._size_class(2 * n * 4)

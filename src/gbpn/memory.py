@@ -100,7 +100,9 @@ class MappingPool:
     def _free(self) -> List[int]:
         return [i for i in range(len(self._maps)) if _refs(self._maps, i) <= _BASE_REFS]
 
-    def zeros(self, shape: Tuple[int, ...], dtype: torch.dtype) -> Tensor:
+    def zeros(self, shape: Tuple[int, ...], dtype: torch.dtype, zero: bool = True) -> Tensor:
+        """A tensor in a free mapping of its size class, or a new mapping; ``zero=False``: a reused
+        mapping keeps what it held (for buffers the caller overwrites whole: no pass over it)."""
         nbytes = math.prod(shape) * dtype.itemsize
         size = _size_class(nbytes)
         with self._lock:
@@ -116,7 +118,7 @@ class MappingPool:
             t = torch.frombuffer(buf, dtype=dtype, count=math.prod(shape)).view(shape)
             del buf
             self._trim(self.limit)
-        if reuse is not None:
+        if reuse is not None and zero:
             t.zero_()
         return t
 
@@ -166,6 +168,15 @@ def huge_zeros(*shape: int, dtype: torch.dtype) -> Tensor:
     if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
         return torch.zeros(shape, dtype=dtype)
     return POOL.zeros(shape, dtype)
+
+
+def huge_empty(*shape: int, dtype: torch.dtype) -> Tensor:
+    """As :func:`huge_zeros`, for a buffer the caller overwrites whole before reading it: a mapping
+    back from the pool keeps its old contents (zeroing it would be one more pass over memory)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return torch.empty(shape, dtype=dtype)
+    return POOL.zeros(shape, dtype, zero=False)
 
 
 def empty_cache() -> int:

@@ -96,8 +96,9 @@ def test_fused_equals_eager_on_a_graph_beyond_the_cache():
         _close(b, a)
     first = [t.clone() for t in fast[:3] + fast[3]]
     del fast
-    # that call's step buffers are free now: the next call gets them back from the pool, dirty
-    # pages zeroed, and gives the same result bit for bit
+    # that call's step buffers are free now: the next call gets them back from the pool, holding
+    # the last call's numbers (they are written whole before they are read), and gives the same
+    # result bit for bit
     mapped = len(memory.POOL._maps)
     again = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])[1]
     assert len(memory.POOL._maps) == mapped

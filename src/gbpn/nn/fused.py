@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gbpn.memory import huge_zeros
+from gbpn.memory import huge_empty, huge_zeros
 from gbpn.nn.functional import aggregate
 from gbpn.nn.implicit import FALLBACK_STEPS, ImplicitStats
 
@@ -309,13 +309,15 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     n, c = phi.shape
     E = g.layout.src.shape[0]
     keep_msgs = save and float(g.damping[0]) > 0
-    # else two separate message buffers: the caller keeps the last and the other is freed
-    M = huge_zeros(steps + 1, E, c, dtype=phi.dtype) if keep_msgs else [huge_zeros(E, c, dtype=phi.dtype)
+    # every buffer is written whole (a step writes every edge's message and cavity, every node's
+    # belief) before it is read: none is zeroed. Without keeping every step's messages, two separate
+    # message buffers: the caller keeps the last and the other is freed
+    M = huge_empty(steps + 1, E, c, dtype=phi.dtype) if keep_msgs else [huge_empty(E, c, dtype=phi.dtype)
                                                                          for _ in range(2)]
-    C = huge_zeros(steps, E, c, dtype=phi.dtype) if save and not keep_msgs else None
+    C = huge_empty(steps, E, c, dtype=phi.dtype) if save and not keep_msgs else None
     slots = steps + 1 if save else 2
-    B = huge_zeros(slots, n, c, dtype=phi.dtype)
-    b = huge_zeros(slots, n, c, dtype=phi.dtype)
+    B = huge_empty(slots, n, c, dtype=phi.dtype)
+    b = huge_empty(slots, n, c, dtype=phi.dtype)
     M[0].fill_(1.0 / c)
     b[0] = phi.detach()
     B[0] = b[0].exp()
@@ -403,9 +405,11 @@ class _Adjoint:
         self.Gphi = torch.zeros(n, c, dtype=dtype)
         self.GL = np.zeros((self.blocks.shape[0] - 1, c, c), np.float64)
         self.Gw = np.zeros(E if g.ew.shape[0] else 0, np.float64)
-        # buffers=1: the implicit series, whose terms are updated in place (adjoint_pairs)
-        self.Gv_next = huge_zeros(E, c, dtype=dtype).numpy()
-        self.Gv_cur = huge_zeros(E, c, dtype=dtype).numpy() if buffers == 2 else None
+        # unrolled (two buffers), the last step's backward reads no cavity gradients and each step
+        # writes all of them; the implicit series (one buffer, its terms updated in place by
+        # adjoint_pairs) reads them from its first term
+        self.Gv_next = (huge_empty if buffers == 2 else huge_zeros)(E, c, dtype=dtype).numpy()
+        self.Gv_cur = huge_empty(E, c, dtype=dtype).numpy() if buffers == 2 else None
         self.gz = np.empty((n, c), np_dtype)
         self.none = np.empty((0, c), np_dtype)  # an array argument the kernel does not read
 
