@@ -20,7 +20,7 @@ set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over th
   checked against the measured K = 5.
 
 Every cell runs twice: with the layer's own kernel choice (``kernel="auto"``: the fused
-kernels of :mod:`gbpn.nn.fused` where they apply; unrolled, they keep about 1.5 ``[E, c]`` buffers
+kernels of :mod:`gbpn.nn.fused` where they apply; unrolled, they keep about 1.1 ``[E, c]`` buffers
 per step, implicit the fixed point and two gradient buffers) and with ``kernel="eager"`` (the
 reference path: unrolled, the autograd graph, about 3 per step; implicit, the VJPs of
 :mod:`gbpn.nn.implicit`).
