@@ -19,11 +19,14 @@ so that the innermost loop runs along the chunk and vectorises whatever ``c`` is
 ``_BLAS_CLASSES`` classes on they are BLAS matrix products (numba's ``np.dot``), which keep
 operands in registers where the loop streams them through memory.
 
-What bounds a step are the two gathers of the cavity: the reverse messages ``M[rev[k]]``, rows
-of an ``[E, c]`` array in no useful order, and the sources' beliefs ``B[src[k]]``, rows of an
-``[N, c]`` array that the node renumbering brings closer but not into cache. Each is a cache miss
-on any graph much larger than the cache, so the cavity loop prefetches both rows ``_AHEAD`` edges
-before their use, and the misses overlap.
+The cavity gathers two rows per edge: the reverse message ``M[rev[k]]``, a row of an ``[E, c]``
+array in no useful order, and the source's belief ``B[src[k]]``, a row of an ``[N, c]`` array that
+the node renumbering brings closer but not into cache. Each is a cache miss on any graph much
+larger than the cache, so the cavity loop prefetches both rows ``_AHEAD`` edges before their use,
+and the misses overlap. In training, :func:`forward_step` saves each step's cavities and
+:func:`backward_step` reads them in edge order instead of gathering them again. Arrays written now
+and read only a whole pass later (the saved cavities, the cavity gradients) are written with
+non-temporal stores once they outgrow the cache.
 """
 from __future__ import annotations
 
