@@ -159,24 +159,25 @@ def _pool_limit(default: int = 4 << 30) -> int:
 POOL = MappingPool(_pool_limit())
 
 
+def _huge(shape: Tuple[int, ...], dtype: torch.dtype, zero: bool) -> Tensor:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return (torch.zeros if zero else torch.empty)(shape, dtype=dtype)
+    return POOL.zeros(shape, dtype, zero=zero)
+
+
 def huge_zeros(*shape: int, dtype: torch.dtype) -> Tensor:
     """A zero CPU tensor; from :data:`HUGE_MIN` bytes on, in a mapping of :data:`POOL` (advised
     for huge pages, kept for the next buffer of its size once this one is freed; up to
     ``GBPN_POOL_BYTES`` bytes of free mappings, 4 GiB by default). Where ``MADV_HUGEPAGE`` does
     not exist (not Linux), ``torch.zeros``."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return torch.zeros(shape, dtype=dtype)
-    return POOL.zeros(shape, dtype)
+    return _huge(shape, dtype, zero=True)
 
 
 def huge_empty(*shape: int, dtype: torch.dtype) -> Tensor:
     """As :func:`huge_zeros`, for a buffer the caller overwrites whole before reading it: a mapping
     back from the pool keeps its old contents (zeroing it would be one more pass over memory)."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < HUGE_MIN or not hasattr(mmap, "MADV_HUGEPAGE"):
-        return torch.empty(shape, dtype=dtype)
-    return POOL.zeros(shape, dtype, zero=False)
+    return _huge(shape, dtype, zero=False)
 
 
 def empty_cache() -> int:

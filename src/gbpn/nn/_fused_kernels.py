@@ -156,10 +156,17 @@ def _group_end(rowptr, i0, end):
 
 
 @njit(inline="always")
+def _beyond_cache(E, c):
+    """Whether ``[E, c]`` edge arrays (messages, cavities, their gradients) outgrow the cache: then
+    their gathered rows are prefetched and the rows written for a later pass are streamed."""
+    return E * c >= _PREFETCH_MIN
+
+
+@njit(inline="always")
 def _prefetch_distance(E, c):
     """Edges between a reverse row's prefetch and its use; ``E`` (never) while the ``[E, c]``
     messages fit in cache."""
-    return E if E * c < _PREFETCH_MIN else _AHEAD
+    return _AHEAD if _beyond_cache(E, c) else E
 
 
 @njit(inline="always")
@@ -214,11 +221,11 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
 
 
 @njit(inline="always")
-def _save_cavities(C, cav, k0, n):
-    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward; beyond the
-    cache, non-temporal (the backward reads them one whole pass later)."""
+def _save_cavities(C, cav, k0, n, stream):
+    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward; ``stream``:
+    non-temporal (the backward reads them one whole pass later)."""
     c = cav.shape[0]
-    if C.shape[0] * c < _PREFETCH_MIN:
+    if not stream:
         for e in range(n):
             for a in range(c):
                 C[k0 + e, a] = cav[a, e]
@@ -305,6 +312,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     c = phi.shape[1]
     lam = damping[0]
     one = lam * 0 + 1
+    stream = _beyond_cache(rev.shape[0], c)
     # per-block scratch
     cav_ = np.zeros((n_blocks, c, _CHUNK), phi.dtype)  # zeros: whole-chunk BLAS products read past n
     P_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
@@ -322,7 +330,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
                 n = min(_CHUNK, rowptr[i1] - k0)
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if C.shape[0] > 0:
-                    _save_cavities(C, cav, k0, n)
+                    _save_cavities(C, cav, k0, n, stream)
                 _products(P, cav, n, HT, L, ew, k0, Hw)
                 _column_sums(inv, P, n)
                 for e in range(n):
@@ -514,9 +522,7 @@ def _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, 
     ``Gv = cav ⊙ τ H^T``, ``gl += cav^T τ`` (the rows past ``n`` of ``tauW`` are zeroed: the
     products run on whole chunks)."""
     c = cavW.shape[1]
-    for e in range(n):
-        for a in range(c):
-            cavW[e, a] = C[k0 + e, a]
+    _load_cavities(cavW.T, C, k0, n)
     np.dot(cavW, H, PW)
     for e in range(n):
         k = k0 + e
@@ -580,7 +586,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     saved = C.shape[0] > 0
     E = rev.shape[0]
     ahead = _prefetch_distance(E, c)
-    stream = E * c >= _PREFETCH_MIN
+    stream = _beyond_cache(E, c)
     rows = saved and c >= _BLAS_CLASSES and not weighted  # the edge-major chunk (_back_rows)
     cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
     for blk in range(n_blocks):
