@@ -294,9 +294,35 @@ def _column_sums(out, P, n):
             out[e] += P[b, e]
 
 
+@njit(inline="always", fastmath=_FM)
+def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H, lam, mw, stream, one):
+    r""":func:`forward_step`'s edge pass for one chunk, edge-major (``[_CHUNK, c]`` scratch), from
+    ``_BLAS_CLASSES`` classes on without edge weights: the cavity's division and the normalisation
+    run along the classes in contiguous memory and vectorise (class-major, the cavity's loop strides
+    across the chunk). ``P = cav H`` over the whole chunk (the rows past ``n`` hold finite values
+    of an earlier chunk, or the scratch's zeros)."""
+    c = cavW.shape[1]
+    _cavities(cavW.T, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
+    if C.shape[0] > 0:
+        _save_cavities(C, cavW.T, k0, n, stream)
+    np.dot(cavW, H, PW)
+    for e in range(n):
+        k = k0 + e
+        z = PW[e, 0] * 0
+        for b in range(c):
+            z += PW[e, b]
+        zi = one / z
+        if lam > 0:
+            for b in range(c):
+                M_new[k, b] = (one - lam) * PW[e, b] * zi + lam * M_prev[k, b]
+        else:
+            for b in range(c):
+                M_new[k, b] = PW[e, b] * zi
+
+
 @njit(nogil=True, cache=True, fastmath=_FM)
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
-                 res, HT, L, damping, ew, mw, span, C):
+                 res, H, HT, L, damping, ew, mw, span, C):
     r"""One BP step: for each node ``i`` and each incoming edge ``k``
 
     .. math::
@@ -306,7 +332,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
     of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`). ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
     message weights the sum of logs is the log of float64 products of ``span`` messages at a time
-    (``span`` small enough that no product underflows).
+    (``span`` small enough that no product underflows). From ``_BLAS_CLASSES`` classes on without
+    edge weights, the edge pass runs on edge-major chunks (:func:`_message_rows`).
     """
     n_blocks = blocks.shape[0] - 1
     c = phi.shape[1]
@@ -320,14 +347,20 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     Hw_ = np.empty((n_blocks, c, c), phi.dtype)
     acc_ = np.empty((n_blocks, c), np.float64)
     z_ = np.empty((n_blocks, c), np.float64)
+    rows = c >= _BLAS_CLASSES and ew.shape[0] == 0  # the edge-major chunk (_message_rows)
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, inv, Hw, acc, z = cav_[blk], P_[blk], inv_[blk], Hw_[blk], acc_[blk], z_[blk]
+        cavW, PW = cav.reshape((_CHUNK, c)), P.reshape((_CHUNK, c))
         i0 = blocks[blk]
         while i0 < blocks[blk + 1]:
             i1 = _group_end(rowptr, i0, blocks[blk + 1])
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
+                if rows:
+                    _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H, lam, mw, stream,
+                                  one)
+                    continue
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if C.shape[0] > 0:
                     _save_cavities(C, cav, k0, n, stream)

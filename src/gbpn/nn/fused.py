@@ -334,7 +334,7 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
         m_cur, m_nxt = (step, step + 1) if keep_msgs else (step % 2, (step + 1) % 2)
         s_cur, s_nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
         _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[s_cur],
-                                             Bn[s_cur], Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.HT,
+                                             Bn[s_cur], Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.H, g.HT,
                                              g.L, g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step]),
                   classes=c)
         m_last, s_last = m_nxt, s_nxt
