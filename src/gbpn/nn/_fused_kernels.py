@@ -17,7 +17,10 @@ The class count ``c`` is only known at run time, so loops over classes are short
 O(c^2) products run on chunks of ``_CHUNK`` consecutive edges held class-major (``[c, _CHUNK]``),
 so that the innermost loop runs along the chunk and vectorises whatever ``c`` is; from
 ``_BLAS_CLASSES`` classes on they are BLAS matrix products (numba's ``np.dot``), which keep
-operands in registers where the loop streams them through memory.
+operands in registers where the loop streams them through memory, and without edge weights the
+forward's chunks (and the backward's, where the cavities were saved) are held edge-major
+(``[_CHUNK, c]``), so that the per-edge loops, the cavity's division among them, run along the
+classes in contiguous memory and vectorise.
 
 The cavity gathers two rows per edge: the reverse message ``M[rev[k]]``, a row of an ``[E, c]``
 array in no useful order, and the source's belief ``B[src[k]]``, a row of an ``[N, c]`` array that
