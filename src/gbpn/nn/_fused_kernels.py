@@ -298,6 +298,15 @@ def _column_sums(out, P, n):
 
 
 @njit(inline="always", fastmath=_FM)
+def _inverse_row_sum(PW, e, one):
+    """``one / sum(PW[e])``: the normaliser of an edge-major chunk's message ``e``."""
+    z = PW[e, 0] * 0
+    for b in range(PW.shape[1]):
+        z += PW[e, b]
+    return one / z
+
+
+@njit(inline="always", fastmath=_FM)
 def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H, lam, mw, stream, one):
     r""":func:`forward_step`'s edge pass for one chunk, edge-major (``[_CHUNK, c]`` scratch), from
     ``_BLAS_CLASSES`` classes on without edge weights: the cavity's division and the normalisation
@@ -311,10 +320,7 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H
     np.dot(cavW, H, PW)
     for e in range(n):
         k = k0 + e
-        z = PW[e, 0] * 0
-        for b in range(c):
-            z += PW[e, b]
-        zi = one / z
+        zi = _inverse_row_sum(PW, e, one)
         if lam > 0:
             for b in range(c):
                 M_new[k, b] = (one - lam) * PW[e, b] * zi + lam * M_prev[k, b]
@@ -333,9 +339,10 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
         \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
 
     writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
-    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`). ``damping`` is a 1-element array of the dtype (no float64 promotion). Without
-    message weights the sum of logs is the log of float64 products of ``span`` messages at a time
-    (``span`` small enough that no product underflows). From ``_BLAS_CLASSES`` classes on without
+    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`).
+    ``damping`` is a 1-element array of the dtype (no float64 promotion). Without message weights
+    the sum of logs is the log of float64 products of ``span`` messages at a time (``span`` small
+    enough that no product underflows). From ``_BLAS_CLASSES`` classes on without
     edge weights, the edge pass runs on edge-major chunks (:func:`_message_rows`).
     """
     n_blocks = blocks.shape[0] - 1
@@ -565,11 +572,8 @@ def _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, 
         d = dst[k]
         r = rev[k]
         wk = mw[k] if mw.shape[0] > 0 else one
-        z = PW[e, 0] * 0
-        for b in range(c):
-            z += PW[e, b]
-        zi = one / z
-        s = z * 0
+        zi = _inverse_row_sum(PW, e, one)
+        s = zi * 0
         for b in range(c):
             g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
             g = D[k, b] + wk * g if carry else wk * g
