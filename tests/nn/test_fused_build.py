@@ -11,3 +11,10 @@ from gbpn.nn.fused import fused_unavailable
 def test_fused_kernels_compile_where_numba_is_installed(dtype):
     pytest.importorskip("numba")
     assert fused_unavailable(dtype) is None
+
+
+def test_binary_kernels_compile_where_numba_is_installed():
+    pytest.importorskip("numba")
+    from gbpn.nn.binary import binary_unavailable
+
+    assert binary_unavailable() is None

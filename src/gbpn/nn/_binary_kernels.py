@@ -13,65 +13,76 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from numba import njit
 
+from gbpn.nn._fastmath import exp_neg, log_pos
 from gbpn.nn._fused_kernels import _flush_denormals, _restore
 
 _FM = {"contract", "reassoc", "nsz"}
+_CHUNK = 256  # pairs per chunk of the message loops
 
 
-@njit(inline="always", fastmath=_FM)
-def _message(x, a0, a1, b0, b1):
+@njit(inline="always", fastmath=_FM, error_model="numpy")
+def _message(x, a0, a1, b0, b1, one):
     """Log-odds of the message for a cavity of log-odds ``x``: ``log((a0 e^x + a1) / (b0 e^x + b1))``
-    with ``a = (H00, H10)``, ``b = (H01, H11)``; ``e^-|x|`` only, so clamped cavities (|x| ~ 1e4) saturate."""
-    if x > 0.0:
-        t = math.exp(-x)
-        return math.log((a0 + a1 * t) / (b0 + b1 * t))
-    t = math.exp(x)
-    return math.log((a0 * t + a1) / (b0 * t + b1))
+    with ``a = (H00, H10)``, ``b = (H01, H11)``; ``e^-|x|`` only, so clamped cavities (|x| ~ 1e4)
+    saturate. Branch-free (selects), so that a loop over cavities vectorises."""
+    t = exp_neg(-abs(x))
+    p = one if x > 0.0 else t
+    q = t if x > 0.0 else one
+    return log_pos((a0 * p + a1 * q) / (b0 * p + b1 * q))
 
 
-@njit(inline="always", fastmath=_FM)
-def _damped(new, old, d):
+@njit(inline="always", fastmath=_FM, error_model="numpy")
+def _sigmoid(x, one):
+    """``1 / (1 + e^-x)`` from ``e^-|x|`` (no overflow; vectorises)."""
+    t = exp_neg(-abs(x))
+    return (one if x > 0.0 else t) / (one + t)
+
+
+@njit(inline="always", fastmath=_FM, error_model="numpy")
+def _damped(new, old, d, one):
     """Log-odds of ``(1 - d) sigmoid(new) + d sigmoid(old)`` (damping of normalised messages)."""
-    p = (1.0 - d) / (1.0 + math.exp(-new)) + d / (1.0 + math.exp(-old))
-    q = (1.0 - d) / (1.0 + math.exp(new)) + d / (1.0 + math.exp(old))
-    return math.log(p / q)
+    p = (one - d) * _sigmoid(new, one) + d * _sigmoid(old, one)
+    q = (one - d) * _sigmoid(-new, one) + d * _sigmoid(-old, one)
+    return log_pos(p / q)
 
 
-@njit(inline="always", fastmath=_FM)
-def _sigmoid(x):
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-@njit(nogil=True, cache=True, fastmath=_FM)
+@njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def messages(u, blocks, v, Bc, M, M_new, acc, mw, coef, damping):
     """New messages of pairs ``blocks[0]:blocks[1]`` from ``M`` into ``M_new`` ``[2h]`` (may be ``M``
     itself: each pair reads its own two messages before writing them), scattered into ``acc[0]``
     weighted by ``mw`` ``[2h]`` (empty: all ones). ``Bc`` (the beliefs), ``coef = (H00, H10, H01, H11)``
-    and ``mw`` are in the messages' dtype, so that float32 messages are computed in float32."""
+    and ``mw`` are in the messages' dtype, so that float32 messages are computed in float32.
+    Pairs go in chunks of ``_CHUNK``: the cavities are gathered into a buffer, the messages computed
+    over it in one loop that vectorises, then stored and scattered."""
     h = u.shape[0]
     a0, a1, b0, b1 = coef[0], coef[1], coef[2], coef[3]
     one = a0 / a0
-    d = damping[0]
+    d = damping[0] * one
     weighted = mw.shape[0] > 0
+    x = np.empty(2 * _CHUNK, M.dtype)  # cavities of the chunk's u -> v edges, then of v -> u
     old = _flush_denormals()
-    for k in range(blocks[0], blocks[1]):
-        a = u[k]
-        b = v[k]
-        m_ab = M[k]
-        m_ba = M[h + k]
-        w_ab = mw[k] if weighted else one
-        w_ba = mw[h + k] if weighted else one
-        n_ab = _message(Bc[a] - w_ba * m_ba, a0, a1, b0, b1)
-        n_ba = _message(Bc[b] - w_ab * m_ab, a0, a1, b0, b1)
+    for start in range(blocks[0], blocks[1], _CHUNK):
+        n = min(_CHUNK, blocks[1] - start)
+        for j in range(n):
+            k = start + j
+            x[j] = Bc[u[k]] - (mw[h + k] if weighted else one) * M[h + k]
+            x[n + j] = Bc[v[k]] - (mw[k] if weighted else one) * M[k]
+        for j in range(2 * n):
+            x[j] = _message(x[j], a0, a1, b0, b1, one)
         if d > 0.0:
-            n_ab = _damped(n_ab, m_ab, d)
-            n_ba = _damped(n_ba, m_ba, d)
-        M_new[k] = n_ab
-        M_new[h + k] = n_ba
-        acc[0, b] += w_ab * n_ab
-        acc[0, a] += w_ba * n_ba
+            for j in range(n):
+                x[j] = _damped(x[j], M[start + j], d, one)
+                x[n + j] = _damped(x[n + j], M[h + start + j], d, one)
+        for j in range(n):
+            k = start + j
+            M_new[k] = x[j]
+            M_new[h + k] = x[n + j]
+            acc[0, v[k]] += (mw[k] if weighted else one) * x[j]
+            acc[0, u[k]] += (mw[h + k] if weighted else one) * x[n + j]
     _restore(old)
 
 
@@ -94,60 +105,74 @@ def beliefs(phi, blocks, acc, B, Bc, known, clamp, res):
         Bc[i] = s
 
 
-@njit(inline="always", fastmath=_FM)
-def _message_vjp(x, g, m_old, d, coef, gH):
-    """For one message ``n = damp(f(x), m_old)`` and the gradient ``g`` of ``n``: adds the coupling's
-    gradient to ``gH`` ``[4]`` (w.r.t. log H00, log H10, log H01, log H11) and returns the gradients of
-    the cavity ``x`` and of ``m_old`` (through the damping)."""
-    carry = 0.0
-    if d > 0.0:
-        n = _message(x, coef[0], coef[1], coef[2], coef[3])
-        p = (1.0 - d) * _sigmoid(n) + d * _sigmoid(m_old)
-        q = (1.0 - d) * _sigmoid(-n) + d * _sigmoid(-m_old)
-        scale = g / (p * q)
-        carry = scale * d * _sigmoid(m_old) * _sigmoid(-m_old)
-        g = scale * (1.0 - d) * _sigmoid(n) * _sigmoid(-n)
-    # sa = sigmoid(x + log(H00/H10)), sb = sigmoid(x + log(H01/H11)) from one exponential
-    if x > 0.0:
-        t = math.exp(-x)
-        sa = coef[0] / (coef[0] + coef[1] * t)
-        sb = coef[2] / (coef[2] + coef[3] * t)
-    else:
-        t = math.exp(x)
-        sa = coef[0] * t / (coef[0] * t + coef[1])
-        sb = coef[2] * t / (coef[2] * t + coef[3])
-    gH[0] += g * sa
-    gH[1] += g * (1.0 - sa)
-    gH[2] -= g * sb
-    gH[3] -= g * (1.0 - sb)
-    return g * (sa - sb), carry
+@njit(inline="always", fastmath=_FM, error_model="numpy")
+def _ratio_sigmoid(x, c0, c1, one):
+    """``sigmoid(x + log(c0 / c1))`` from ``e^-|x|``."""
+    t = exp_neg(-abs(x))
+    p = one if x > 0.0 else t
+    q = t if x > 0.0 else one
+    return c0 * p / (c0 * p + c1 * q)
 
 
-@njit(nogil=True, cache=True, fastmath=_FM)
+@njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def backward_pairs(u, blocks, v, B, M, G, gm, acc, gH, mw, coef, damping):
     """The backward of one step for pairs ``blocks[0]:blocks[1]``: ``B`` and ``M`` are the step's
     input beliefs and messages, ``gm`` ``[N]`` the gradient of its output beliefs (0 at known nodes),
     ``G`` ``[2h]`` on entry the gradient of its output messages from later steps, on return the
     gradient of its input messages from this step (in place); the gradient of its input beliefs
-    goes to ``acc[0]``, the coupling's to ``gH[0]``."""
+    goes to ``acc[0]``, the coupling's (w.r.t. log H00, log H10, log H01, log H11) to ``gH[0]``.
+    In chunks as :func:`messages`: gathered cavities (in the messages' dtype, as the forward computed
+    them) and message gradients, one vectorised loop for the vector-Jacobian products, then the
+    scatter. With ``n = damp(f(x), m_old)``: ``f'(x) = sa - sb``, ``sa = sigmoid(x + log H00/H10)``,
+    ``sb = sigmoid(x + log H01/H11)``."""
     h = u.shape[0]
-    d = damping[0]
+    a0, a1, b0, b1 = coef[0], coef[1], coef[2], coef[3]
+    one = a0 / a0
+    d = damping[0] * one
     weighted = mw.shape[0] > 0
-    g4 = gH[0]
+    x = np.empty(2 * _CHUNK, M.dtype)
+    g = np.empty(2 * _CHUNK)  # on entry the messages' gradients, then the cavities'
+    carry = np.zeros(2 * _CHUNK)  # the gradients of the old messages through the damping
+    s0 = s1 = s2 = s3 = 0.0
     old = _flush_denormals()
-    for k in range(blocks[0], blocks[1]):
-        a = u[k]
-        b = v[k]
-        w_ab = mw[k] if weighted else 1.0
-        w_ba = mw[h + k] if weighted else 1.0
-        m_ab = M[k]
-        m_ba = M[h + k]
-        gx_ab, carry_ab = _message_vjp(B[a] - w_ba * m_ba, w_ab * gm[b] + G[k], m_ab, d, coef, g4)
-        gx_ba, carry_ba = _message_vjp(B[b] - w_ab * m_ab, w_ba * gm[a] + G[h + k], m_ba, d, coef, g4)
-        acc[0, a] += gx_ab
-        acc[0, b] += gx_ba
-        G[k] = carry_ab - w_ab * gx_ba
-        G[h + k] = carry_ba - w_ba * gx_ab
+    for start in range(blocks[0], blocks[1], _CHUNK):
+        n = min(_CHUNK, blocks[1] - start)
+        for j in range(n):
+            k = start + j
+            w_ab = mw[k] if weighted else one
+            w_ba = mw[h + k] if weighted else one
+            x[j] = B[u[k]] - w_ba * M[h + k]
+            x[n + j] = B[v[k]] - w_ab * M[k]
+            g[j] = w_ab * gm[v[k]] + G[k]
+            g[n + j] = w_ba * gm[u[k]] + G[h + k]
+        if d > 0.0:
+            for j in range(2 * n):
+                m_old = M[start + j] if j < n else M[h + start + j - n]
+                f = _message(x[j], a0, a1, b0, b1, one)
+                sf, sfn = _sigmoid(f, one), _sigmoid(-f, one)  # not 1 - sf: that cancels
+                so, son = _sigmoid(m_old, one), _sigmoid(-m_old, one)
+                scale = g[j] / (((one - d) * sf + d * so) * ((one - d) * sfn + d * son))
+                carry[j] = scale * d * so * son
+                g[j] = scale * (one - d) * sf * sfn
+        for j in range(2 * n):
+            sa = _ratio_sigmoid(x[j], a0, a1, one)
+            sb = _ratio_sigmoid(x[j], b0, b1, one)
+            gj = g[j]
+            s0 += gj * sa
+            s1 += gj * (one - sa)
+            s2 -= gj * sb
+            s3 -= gj * (one - sb)
+            g[j] = gj * (sa - sb)
+        for j in range(n):
+            k = start + j
+            acc[0, u[k]] += g[j]
+            acc[0, v[k]] += g[n + j]
+            G[k] = carry[j] - (mw[k] if weighted else one) * g[n + j]
+            G[h + k] = carry[n + j] - (mw[h + k] if weighted else one) * g[j]
+    gH[0, 0] += s0
+    gH[0, 1] += s1
+    gH[0, 2] += s2
+    gH[0, 3] += s3
     _restore(old)
 
 

@@ -195,7 +195,7 @@ class _BinaryBP(torch.autograd.Function):
         Mn, Bn = M.numpy(), B.numpy()
         for t in range(steps - 1, -1, -1):
             _parallel(k.backward_pairs, r.pair_blocks, (r.layout.u, r.layout.v, Bn[t], Mn[t], G, gm, acc, gH, r.mw,
-                                                        r.coef, r.damping), per_block=(6, 7))
+                                                        r.coef.astype(Mn.dtype), r.damping), per_block=(6, 7))
             _parallel(k.backward_nodes, r.node_blocks, (gphi, acc, gm, r.known))
         g = torch.from_numpy(gphi)
         g_phi = torch.stack([g, -g], -1).to(phi.dtype)
