@@ -189,3 +189,22 @@ def test_symmetric_normalisation_rounding_is_accepted():
     ei, w = gcn_norm(ei, torch.cat([half, half]), num_nodes=30, add_self_loops=False)
     out = _layer()(torch.randn(30, 3), ei, w)
     assert torch.isfinite(out).all()
+
+
+def test_graph_checks_run_once_per_graph_and_again_after_an_in_place_change(monkeypatch):
+    import gbpn.nn.validation as validation
+
+    calls = []
+    check = validation._check_graph
+    monkeypatch.setattr(validation, "_check_graph", lambda *a: calls.append(1) or check(*a))
+    layer, ei = _layer(), RING.clone()
+    rev = reverse_edge_index(ei, 5)
+    for _ in range(3):
+        layer(torch.randn(5, 3), ei, rev_index=rev)
+    assert len(calls) == 1
+    layer(torch.randn(6, 3), ei, rev_index=rev)  # another node count is another graph
+    assert len(calls) == 2
+    ei[1, 0] = 0  # an in-place edit makes edge 0 a self-loop: checked again, and refused
+    with pytest.raises(ValueError, match="self-loop"):
+        layer(torch.randn(5, 3), ei, rev_index=rev)
+    assert len(calls) == 3

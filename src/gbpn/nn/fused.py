@@ -28,7 +28,6 @@ import contextlib
 import functools
 import math
 import warnings
-import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
@@ -39,6 +38,7 @@ from torch import Tensor
 
 from gbpn.memory import huge_empty, huge_zeros
 from gbpn.nn.functional import aggregate
+from gbpn.nn.graph_cache import GraphCache
 from gbpn.nn.implicit import FALLBACK_STEPS, ImplicitStats
 
 # Above this spread of log H (times the largest |edge weight|) the linear-domain cavity could overflow.
@@ -158,21 +158,13 @@ def sort_by_destination(edge_index: Tensor, rev_index: Tensor, by_source: bool =
     return perm, src.contiguous(), dst.contiguous(), rev.contiguous()
 
 
-_layouts: List[Tuple[weakref.ref, weakref.ref, int, int, object, object]] = []
+_layouts = GraphCache(6)
 
 
 def cached_layout(edge_index: Tensor, rev_index: Tensor, key: object, build):
     """``build()`` for a graph, cached for the last few ``(edge_index, rev_index, key)`` (tensors by
     identity and in-place version, so a modified or new tensor is sorted again)."""
-    for ref_e, ref_r, ver_e, ver_r, k, layout in _layouts:
-        if ref_e() is edge_index and ref_r() is rev_index and ver_e == edge_index._version \
-                and ver_r == rev_index._version and k == key:
-            return layout
-    layout = build()
-    _layouts.insert(0, (weakref.ref(edge_index), weakref.ref(rev_index), edge_index._version, rev_index._version,
-                        key, layout))
-    del _layouts[6:]
-    return layout
+    return _layouts.get((edge_index, rev_index), key, build)
 
 
 # From this many nodes on, the CPU layout renumbers them (:func:`locality_order`). Below it the

@@ -15,6 +15,8 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
+from gbpn.nn.graph_cache import GraphCache
+
 _enabled = True
 
 # Largest spread max(log H) - min(log H) for which exp(log H - max) stays a normal number
@@ -54,6 +56,25 @@ def _check_ids(name: str, index: Tensor, num_nodes: int) -> None:
                          "(torch_geometric.utils.remove_self_loops) and put a node's own evidence in log_self")
 
 
+def _check_graph(edge_index: Tensor, rev_index: Optional[Tensor], num_nodes: int) -> bool:
+    _check_ids("edge_index", edge_index, num_nodes)
+    num_edges = edge_index.size(1)
+    if rev_index is not None:
+        if rev_index.shape != (num_edges,) or rev_index.is_floating_point():
+            raise ValueError(f"rev_index must be an integer tensor [{num_edges}], got {tuple(rev_index.shape)}")
+        src, dst = edge_index
+        if num_edges and (int(rev_index.min()) < 0 or int(rev_index.max()) >= num_edges
+                          or not torch.equal(src.index_select(0, rev_index), dst)
+                          or not torch.equal(dst.index_select(0, rev_index), src)):
+            raise ValueError("rev_index does not pair every edge (i, j) with its reverse (j, i); "
+                             "compute it with gbpn.nn.functional.reverse_edge_index")
+    return True
+
+
+# graphs that passed _check_graph: a training loop passes the same edge tensors every step
+_checked_graphs = GraphCache(6)
+
+
 def check_bp_inputs(
     log_self: Tensor,
     edge_index: Tensor,
@@ -77,17 +98,8 @@ def check_bp_inputs(
     if bad is not None and bool(bad.any()):
         raise ValueError(f"log_self has NaN, +inf or all -inf in row(s) {bad.nonzero().view(-1)[:5].tolist()}: "
                          "one such row would turn its whole connected component into NaN")
-    _check_ids("edge_index", edge_index, num_nodes)
+    _checked_graphs.get((edge_index, rev_index), num_nodes, lambda: _check_graph(edge_index, rev_index, num_nodes))
     num_edges = edge_index.size(1)
-    if rev_index is not None:
-        if rev_index.shape != (num_edges,) or rev_index.is_floating_point():
-            raise ValueError(f"rev_index must be an integer tensor [{num_edges}], got {tuple(rev_index.shape)}")
-        src, dst = edge_index
-        if num_edges and (int(rev_index.min()) < 0 or int(rev_index.max()) >= num_edges
-                          or not torch.equal(src.index_select(0, rev_index), dst)
-                          or not torch.equal(dst.index_select(0, rev_index), src)):
-            raise ValueError("rev_index does not pair every edge (i, j) with its reverse (j, i); "
-                             "compute it with gbpn.nn.functional.reverse_edge_index")
     _check_per_edge("edge_weight", edge_weight, num_edges)
     _check_per_edge("message_weight", message_weight, num_edges)
     if known_mask is not None:
@@ -110,6 +122,10 @@ def check_symmetric_weight(edge_weight: Optional[Tensor], rev_index: Tensor) -> 
     two directions)."""
     if not _enabled or edge_weight is None or edge_weight.numel() == 0:
         return
+    _checked_graphs.get((edge_weight, rev_index), "symmetric", lambda: _check_symmetric(edge_weight, rev_index))
+
+
+def _check_symmetric(edge_weight: Tensor, rev_index: Tensor) -> bool:
     w = edge_weight.detach()
     rev = w.index_select(0, rev_index)
     apart = ~torch.isclose(w, rev, rtol=1e-5, atol=0.0)
@@ -118,6 +134,7 @@ def check_symmetric_weight(edge_weight: Optional[Tensor], rev_index: Tensor) -> 
         raise ValueError(f"edge_weight must be symmetric: edge (i, j) and its reverse (j, i) share one coupling, "
                          f"but edge {k} has {float(w[k]):g} and its reverse {float(rev[k]):g}; symmetrise it, "
                          "e.g. with torch_geometric.utils.to_undirected(edge_index, edge_weight, reduce='mean')")
+    return True
 
 
 def check_pairs(pairs: Tensor, num_nodes: int) -> None:

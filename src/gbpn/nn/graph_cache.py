@@ -1,0 +1,41 @@
+"""Per-graph results cached by the identity of the graph's tensors.
+
+A training loop calls the BP layer on the same ``edge_index`` (and ``rev_index``) every step. What
+depends only on the graph (the kernels' edge layouts, the input checks of the edges) is computed
+once and looked up by the tensors' identity and in-place version: weak references, so a new or
+modified tensor counts as a new graph and a freed one drops out.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable, Hashable, List, Optional, Sequence, Tuple, TypeVar
+
+from torch import Tensor
+
+T = TypeVar("T")
+
+
+class GraphCache:
+    """The results of the last ``size`` graphs, keyed by ``(tensors, key)``."""
+
+    def __init__(self, size: int = 6) -> None:
+        self.size = size
+        self._entries: List[Tuple[tuple, Hashable, object]] = []
+
+    @staticmethod
+    def _stamp(tensors: Sequence[Optional[Tensor]]) -> tuple:
+        return tuple((None, 0) if t is None else (weakref.ref(t), t._version) for t in tensors)
+
+    def get(self, tensors: Sequence[Optional[Tensor]], key: Hashable, build: Callable[[], T]) -> T:
+        """``build()``'s result for these tensors (``None`` allowed) and ``key``, built on a miss.
+        An exception in ``build`` caches nothing."""
+        for stamp, k, value in self._entries:
+            if k == key and len(stamp) == len(tensors) and all(
+                    (t is None and ref is None) or (t is not None and ref is not None and ref() is t
+                                                    and ver == t._version)
+                    for (ref, ver), t in zip(stamp, tensors)):
+                return value  # type: ignore[return-value]
+        value = build()
+        self._entries.insert(0, (self._stamp(tensors), key, value))
+        del self._entries[self.size:]
+        return value
