@@ -6,8 +6,12 @@ edge ``k < h`` runs ``u[k] -> v[k]`` and edge ``h + k`` is its reverse, so one p
 pairs reads both messages of a pair side by side and writes both new ones in place. Beliefs
 (``B``, float64) are gathered and the new messages scattered into one accumulator row per thread
 (``acc[t]``, float64): each block of pairs runs on its own thread with its own row, no write
-conflicts; :func:`beliefs` then sums the rows per node. The kernels flush denormals to zero
-while they run, as the general ones do: ``e^-|x|`` of a confident cavity is denormal in float32.
+conflicts; :func:`beliefs` then sums the rows per node. The pairs go in chunks of ``_CHUNK``:
+gather the chunk's cavities, compute its messages (or their vector-Jacobian products) in one
+branch-free loop, then store and scatter. That middle loop calls only the float32 exponential and
+logarithm of :mod:`gbpn.nn._fastmath`, so LLVM vectorises it; with libm's, one call per message,
+they were most of the step. The kernels flush denormals to zero while they run, as the general
+ones do: ``e^-|x|`` of a confident cavity is denormal in float32.
 """
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ BP step is, per directed edge :math:`i \to j` and per node,
 
 with :math:`b` and :math:`\phi` the log-odds of the belief and the self-potential, :math:`w` the
 message weights (default 1) and damping applied to the normalised messages. Half the message
-memory of the two-column form and one exponential and one logarithm per message: on the
-arXiv-sized graph the inference step took 0.55x the eager one's time and training 0.47x
-(``benchmarks/bp_step.py``, README). The pairs of the paired layout are split across threads, each
-with its own float64 accumulator row (:mod:`gbpn.nn._binary_kernels`). Training keeps every step's
+memory of the two-column form and one exponential and one logarithm per message, computed in
+vectorised loops over chunks of pairs (``benchmarks/bp_step.py``, README). The pairs of the paired
+layout are split across threads, each with its own float64 accumulator row
+(:mod:`gbpn.nn._binary_kernels`). Training keeps every step's
 messages and beliefs and runs a hand-written backward, one pass over the pairs per step.
 
 No edge weights (:math:`H^{w}` per edge), and messages are returned at inference only;

@@ -204,7 +204,8 @@ class BeliefPropagation(nn.Module):
     ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
     edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
 
-    Inputs are checked (:func:`~gbpn.nn.validation.check_bp_inputs`; skipped inside
+    Inputs are checked (:func:`~gbpn.nn.validation.check_bp_inputs`; the edges once per graph,
+    by tensor identity and in-place version; skipped inside
     :func:`~gbpn.nn.validation.unchecked`) and a ``log H`` wider than the dtype computes
     exactly is refused (:func:`~gbpn.nn.validation.check_coupling_range`): ``ValueError``.
     """
