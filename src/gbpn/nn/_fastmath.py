@@ -9,7 +9,8 @@ written out here in arithmetic and bit casts only, so the loops that call them v
   \ln 2 / 2` (``r`` in float64: the kernels' fast-math reassociation would undo the usual exact
   split of ln 2 in two floats), :math:`e^r = 1 + r + r^2 q(r)`
   with a degree-5 :math:`q`, and :math:`2^n` built in the exponent bits; below :math:`-87` it
-  returns :math:`e^{-87}` rather than a denormal (the kernels flush those to zero anyway).
+  returns 0, as libm's denormal result is under the kernels' flush-to-zero (so that a clamped
+  cavity, log-odds ~1e4, contributes nothing beside even the smallest coupling entry).
 - :func:`log_pos` — :math:`\log x` for :math:`x > 0`: :math:`x = 2^e (1 + m)` with :math:`1 + m \in
   [\sqrt{1/2}, \sqrt 2)`, :math:`\log(1 + m) = m - m^2/2 + m^3 p(m)` with a degree-7 :math:`p`;
   0 gives :math:`-\infty`, ``inf`` and NaN pass through, a negative number gives NaN.
@@ -67,6 +68,7 @@ def _expf_neg(x):
     r = _f(np.float64(y) - np.float64(n) * _LN2)  # in float64: reassociation cannot undo an exact split
     q = ((((_Q5 * r + _Q4) * r + _Q3) * r + _Q2) * r + _Q1) * r + _Q0
     e = (q * r * r + r + _f(1.0)) * _from_bits(_i(_i(n + _i(127)) << _i(23)))
+    e = e if x >= _f(-87.0) else _f(0.0)  # what libm's denormal becomes under flush-to-zero
     return e if x == x else x  # NaN stays NaN
 
 
