@@ -19,6 +19,10 @@ The polynomials are least-squares fits on Chebyshev nodes weighted for relative 
 1e-8 before rounding to float32); ``tests/nn/test_fastmath.py`` bounds both functions at 2 ulp
 over their ranges. For float64 both are libm's: the kernels' float64 results must equal the eager
 path to 1e-10, which these polynomials are not built for.
+
+numba's on-disk cache (``cache=True``) checks only the kernel's own file: after editing this
+module, delete the kernels' ``__pycache__/*.nbi`` and ``*.nbc`` files, or the cached kernels keep
+the old code.
 """
 from __future__ import annotations
 
