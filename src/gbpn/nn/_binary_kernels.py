@@ -29,21 +29,32 @@ _CHUNK = 256  # pairs per chunk of the message loops
 
 
 @njit(inline="always", fastmath=_FM, error_model="numpy")
+def _odds(x, one):
+    """``(p, q)`` with ``p / q = e^x``, from ``e^-|x|`` only (no overflow): ``(1, e^-x)`` for
+    ``x > 0``, else ``(e^x, 1)``. Branch-free (selects), so that loops calling it vectorise."""
+    t = exp_neg(-abs(x))
+    return (one if x > 0.0 else t), (t if x > 0.0 else one)
+
+
+@njit(inline="always", fastmath=_FM, error_model="numpy")
 def _message(x, a0, a1, b0, b1, one):
     """Log-odds of the message for a cavity of log-odds ``x``: ``log((a0 e^x + a1) / (b0 e^x + b1))``
-    with ``a = (H00, H10)``, ``b = (H01, H11)``; ``e^-|x|`` only, so clamped cavities (|x| ~ 1e4)
-    saturate. Branch-free (selects), so that a loop over cavities vectorises."""
-    t = exp_neg(-abs(x))
-    p = one if x > 0.0 else t
-    q = t if x > 0.0 else one
+    with ``a = (H00, H10)``, ``b = (H01, H11)``; clamped cavities (|x| ~ 1e4) saturate."""
+    p, q = _odds(x, one)
     return log_pos((a0 * p + a1 * q) / (b0 * p + b1 * q))
 
 
 @njit(inline="always", fastmath=_FM, error_model="numpy")
+def _ratio_sigmoid(x, c0, c1, one):
+    """``sigmoid(x + log(c0 / c1))``."""
+    p, q = _odds(x, one)
+    return c0 * p / (c0 * p + c1 * q)
+
+
+@njit(inline="always", fastmath=_FM, error_model="numpy")
 def _sigmoid(x, one):
-    """``1 / (1 + e^-x)`` from ``e^-|x|`` (no overflow; vectorises)."""
-    t = exp_neg(-abs(x))
-    return (one if x > 0.0 else t) / (one + t)
+    """``1 / (1 + e^-x)``."""
+    return _ratio_sigmoid(x, one, one, one)
 
 
 @njit(inline="always", fastmath=_FM, error_model="numpy")
@@ -107,15 +118,6 @@ def beliefs(phi, blocks, acc, B, Bc, known, clamp, res):
             res[i] = 2.0 * abs(1.0 / (1.0 + math.exp(-s)) - 1.0 / (1.0 + math.exp(-B[i])))
         B[i] = s
         Bc[i] = s
-
-
-@njit(inline="always", fastmath=_FM, error_model="numpy")
-def _ratio_sigmoid(x, c0, c1, one):
-    """``sigmoid(x + log(c0 / c1))`` from ``e^-|x|``."""
-    t = exp_neg(-abs(x))
-    p = one if x > 0.0 else t
-    q = t if x > 0.0 else one
-    return c0 * p / (c0 * p + c1 * q)
 
 
 @njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")

@@ -97,7 +97,7 @@ class _Run:
     pair_blocks: np.ndarray
     node_blocks: np.ndarray
     phi: np.ndarray
-    coef: np.ndarray
+    coef: np.ndarray  # (H00, H10, H01, H11) in the messages' dtype: float32 messages are computed in float32
     known: np.ndarray
     clamp: np.ndarray
     mw: np.ndarray
@@ -116,7 +116,7 @@ def _prepare(phi: Tensor, log_H: Tensor, layout: PairLayout, damping: float, kno
     mw = message_weight if message_weight is None or layout.perm is None else message_weight.index_select(0, layout.perm)
     return _Run(layout, np.linspace(0, h, threads + 1).round().astype(np.int64),
                 np.linspace(0, n, max(1, min(threads, n)) + 1).round().astype(np.int64),
-                _np((phi[:, 0] - phi[:, 1]).detach().to(f64)), np.array([H[0, 0], H[1, 0], H[0, 1], H[1, 1]]),
+                _np((phi[:, 0] - phi[:, 1]).detach().to(f64)), _np(torch.stack([H[0, 0], H[1, 0], H[0, 1], H[1, 1]]).to(phi.dtype)),
                 np.empty(0, np.bool_) if known is None else _np(known.view(-1)),
                 np.empty(0) if clamp is None else _np((clamp[:, 0] - clamp[:, 1]).to(f64)),
                 np.empty(0) if mw is None else _np(mw.detach().to(f64)), np.array([damping], dtype=np.float64), threads,
@@ -131,13 +131,13 @@ def _forward(r: _Run, steps: int, tol: Optional[float], want_res: bool, M: np.nd
     n = B.shape[1]
     acc = np.zeros((r.threads, n))
     Bc = B[0].astype(M.dtype)  # the beliefs the cavities read, in the messages' dtype
-    coef, mw = r.coef.astype(M.dtype), r.mw.astype(M.dtype)
+    mw = r.mw.astype(M.dtype)
     res = np.empty(n if (want_res or tol is not None) else 0)
     residuals: List[float] = []
     last = 0
     for step in range(steps):
         cur, nxt = (step, step + 1) if M.shape[0] > 1 else (0, 0)
-        _parallel(k.messages, r.pair_blocks, (r.layout.u, r.layout.v, Bc, M[cur], M[nxt], acc, mw, coef, r.damping),
+        _parallel(k.messages, r.pair_blocks, (r.layout.u, r.layout.v, Bc, M[cur], M[nxt], acc, mw, r.coef, r.damping),
                   per_block=(5,))
         if nxt != cur:
             B[nxt] = B[cur]  # the residual reads the previous beliefs
@@ -195,7 +195,7 @@ class _BinaryBP(torch.autograd.Function):
         Mn, Bn = M.numpy(), B.numpy()
         for t in range(steps - 1, -1, -1):
             _parallel(k.backward_pairs, r.pair_blocks, (r.layout.u, r.layout.v, Bn[t], Mn[t], G, gm, acc, gH, r.mw,
-                                                        r.coef.astype(Mn.dtype), r.damping), per_block=(6, 7))
+                                                        r.coef, r.damping), per_block=(6, 7))
             _parallel(k.backward_nodes, r.node_blocks, (gphi, acc, gm, r.known))
         g = torch.from_numpy(gphi)
         g_phi = torch.stack([g, -g], -1).to(phi.dtype)
