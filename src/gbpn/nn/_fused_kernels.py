@@ -190,37 +190,59 @@ def _prefetch_cavity(k, src, rev, b_prev, B_prev, M_prev, mw, c):
 
 
 @njit(inline="always", fastmath=_FM)
-def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
-    """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
-    ``exp(b[src] - w'_rev log M[rev] - max)``."""
+def _weighted_cavity(cav, e, k, src, rev, b_prev, M_prev, mw):
+    """``cav[:, e]`` for edge ``k`` with message weights: ``exp(b[src] - w'_rev log M[rev] - max)``."""
     c = cav.shape[0]
     s = src[k]
     r = rev[k]
+    w = mw[r]
+    mx = -np.inf
+    for a in range(c):
+        v = b_prev[s, a] - w * np.log(M_prev[r, a])
+        cav[a, e] = v
+        mx = max(mx, v)
+    for a in range(c):
+        cav[a, e] = np.exp(cav[a, e] - mx)
+
+
+@njit(inline="always", fastmath=_FM)
+def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
+    """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
+    :func:`_weighted_cavity`."""
     if mw.shape[0] == 0:
-        for a in range(c):
+        s = src[k]
+        r = rev[k]
+        for a in range(cav.shape[0]):
             cav[a, e] = B_prev[s, a] / M_prev[r, a]
     else:
-        w = mw[r]
-        mx = -np.inf
-        for a in range(c):
-            v = b_prev[s, a] - w * np.log(M_prev[r, a])
-            cav[a, e] = v
-            mx = max(mx, v)
-        for a in range(c):
-            cav[a, e] = np.exp(cav[a, e] - mx)
+        _weighted_cavity(cav, e, k, src, rev, b_prev, M_prev, mw)
 
 
 @njit(inline="always", fastmath=_FM)
 def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
     """``cav[:, e]`` for edge ``k0 + e`` (:func:`_cavity`), prefetching the reverse message and the
-    source's belief ahead."""
+    source's belief ahead. The message-weight test is taken once per chunk, outside the edge loops:
+    inside them, beside the prefetches, it made the unweighted loop 3-4x slower (c = 7, one thread)."""
     E = rev.shape[0]
     c = cav.shape[0]
     ahead = _prefetch_distance(E, c)
-    for e in range(n):
-        if k0 + e + ahead < E:
-            _prefetch_cavity(k0 + e + ahead, src, rev, b_prev, B_prev, M_prev, mw, c)
-        _cavity(cav, e, k0 + e, src, rev, b_prev, B_prev, M_prev, mw)
+    if mw.shape[0] == 0:
+        for e in range(n):
+            k = k0 + e
+            if k + ahead < E:
+                _prefetch_row(M_prev, rev[k + ahead], c)
+                _prefetch_row(B_prev, src[k + ahead], c)
+            s = src[k]
+            r = rev[k]
+            for a in range(c):
+                cav[a, e] = B_prev[s, a] / M_prev[r, a]
+    else:
+        for e in range(n):
+            k = k0 + e
+            if k + ahead < E:
+                _prefetch_row(M_prev, rev[k + ahead], c)
+                _prefetch_row(b_prev, src[k + ahead], c)
+            _weighted_cavity(cav, e, k, src, rev, b_prev, M_prev, mw)
 
 
 @njit(inline="always")
