@@ -1,6 +1,7 @@
 """Replace recorded runs by a rerun's: every (dataset, model, trial) of ``FOLDER/results.csv`` takes
 the place of the same run in the recorded ``results.csv``, which is rewritten together with the
-``table.md`` beside it (same format as ``gbpn benchmark``'s). Used after
+``table.md`` beside it, and ``potentials.md`` where the grid has ``gbpn:auto`` runs (same formats
+as ``gbpn benchmark``'s). Used after
 ``benchmarks/compare_runs.py`` has shown which runs moved::
 
     python benchmarks/merge_runs.py results/table3/results.csv runs/rerun/t3
@@ -13,7 +14,9 @@ import io
 import json
 from pathlib import Path
 
-from gbpn.experiments.benchmark import _table
+from gbpn.config import TrainConfig
+from gbpn.experiments.benchmark import _table, potential_table
+from gbpn.training import auto_candidates, candidate_name
 from gbpn.io import atomic_write
 
 
@@ -51,7 +54,23 @@ def main() -> None:
     atomic_write(recorded_path.with_name("table.md"), lambda fh: fh.write(
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
         f"{total / 60:.1f} min of training in all.\n\n" + table))
+    if any(r["model"] == "gbpn:auto" for r in recorded):
+        typed = [_typed(r) for r in recorded]
+        atomic_write(recorded_path.with_name("potentials.md"), lambda fh: fh.write(
+            "Test score (%), mean ± std; GBPN per encoder = the candidates inside the gbpn:auto runs "
+            "(same seed and split); best per row in bold.\n\n" + potential_table(typed, datasets)))
     print(f"replaced {replaced} of {len(recorded)} runs in {args.csv}\n\n{table}")
+
+
+def _typed(row: dict) -> dict:
+    """A CSV row as ``gbpn benchmark`` keeps it in its run JSON: numbers as numbers, empty cells
+    absent, the auto candidates' columns in the order ``auto`` tries them (the CSV sorts them)."""
+    text = ("dataset", "model", "split", "potential")
+    order = {name: i for i, name in enumerate(candidate_name(c) for c in auto_candidates(TrainConfig()))}
+    items = sorted(row.items(), key=lambda kv: order.get(kv[0].split("__")[0], -1) if "__" in kv[0] else -1)
+    out = {k: v if k in text else float(v) for k, v in items if v != ""}
+    out["trial"] = int(row["trial"])
+    return out
 
 
 if __name__ == "__main__":
