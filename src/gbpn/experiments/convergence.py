@@ -80,7 +80,9 @@ def node_layout(data: Data, seed: int = 0) -> Tuple[np.ndarray, str]:
     try:
         import umap  # type: ignore
 
-        return umap.UMAP(n_components=2, random_state=seed).fit_transform(z), "UMAP"
+        with warnings.catch_warnings():  # seeded UMAP runs on one thread, and says so each time
+            warnings.filterwarnings("ignore", message="n_jobs value", category=UserWarning)
+            return umap.UMAP(n_components=2, random_state=seed).fit_transform(z), "UMAP"
     except ImportError:
         tsne = TSNE(n_components=2, random_state=seed, init="pca", perplexity=min(30.0, (n - 1) / 3))  # small graphs
         return tsne.fit_transform(z), "t-SNE (umap-learn not installed)"
