@@ -206,14 +206,20 @@ def _weighted_cavity(cav, e, k, src, rev, b_prev, M_prev, mw):
 
 
 @njit(inline="always", fastmath=_FM)
+def _plain_cavity(cav, e, k, src, rev, B_prev, M_prev):
+    """``cav[:, e] = B[src] / M[rev]`` for edge ``k`` (no message weights)."""
+    s = src[k]
+    r = rev[k]
+    for a in range(cav.shape[0]):
+        cav[a, e] = B_prev[s, a] / M_prev[r, a]
+
+
+@njit(inline="always", fastmath=_FM)
 def _cavity(cav, e, k, src, rev, b_prev, B_prev, M_prev, mw):
-    """``cav[:, e]`` for edge ``k``: ``B[src] / M[rev]``, or with message weights
+    """``cav[:, e]`` for edge ``k``: :func:`_plain_cavity`, or with message weights
     :func:`_weighted_cavity`."""
     if mw.shape[0] == 0:
-        s = src[k]
-        r = rev[k]
-        for a in range(cav.shape[0]):
-            cav[a, e] = B_prev[s, a] / M_prev[r, a]
+        _plain_cavity(cav, e, k, src, rev, B_prev, M_prev)
     else:
         _weighted_cavity(cav, e, k, src, rev, b_prev, M_prev, mw)
 
@@ -232,10 +238,7 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
             if k + ahead < E:
                 _prefetch_row(M_prev, rev[k + ahead], c)
                 _prefetch_row(B_prev, src[k + ahead], c)
-            s = src[k]
-            r = rev[k]
-            for a in range(c):
-                cav[a, e] = B_prev[s, a] / M_prev[r, a]
+            _plain_cavity(cav, e, k, src, rev, B_prev, M_prev)
     else:
         for e in range(n):
             k = k0 + e
