@@ -55,18 +55,18 @@ def main() -> None:
         f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
         f"{total / 60:.1f} min of training in all.\n\n" + table))
     if any(r["model"] == "gbpn:auto" for r in recorded):
-        typed = [_typed(r) for r in recorded]
+        order = {name: i for i, name in enumerate(candidate_name(c) for c in auto_candidates(TrainConfig()))}
+        typed = [_typed(r, order) for r in recorded]
         atomic_write(recorded_path.with_name("potentials.md"), lambda fh: fh.write(
             "Test score (%), mean ± std; GBPN per encoder = the candidates inside the gbpn:auto runs "
             "(same seed and split); best per row in bold.\n\n" + potential_table(typed, datasets)))
     print(f"replaced {replaced} of {len(recorded)} runs in {args.csv}\n\n{table}")
 
 
-def _typed(row: dict) -> dict:
+def _typed(row: dict, order: dict) -> dict:
     """A CSV row as ``gbpn benchmark`` keeps it in its run JSON: numbers as numbers, empty cells
-    absent, the auto candidates' columns in the order ``auto`` tries them (the CSV sorts them)."""
+    absent, the auto candidates' columns in ``order`` (candidate -> rank; the CSV sorts them)."""
     text = ("dataset", "model", "split", "potential")
-    order = {name: i for i, name in enumerate(candidate_name(c) for c in auto_candidates(TrainConfig()))}
     items = sorted(row.items(), key=lambda kv: order.get(kv[0].split("__")[0], -1) if "__" in kv[0] else -1)
     out = {k: v if k in text else float(v) for k, v in items if v != ""}
     out["trial"] = int(row["trial"])
