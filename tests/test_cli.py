@@ -253,6 +253,10 @@ def test_config_reruns_a_recorded_run_exactly(tmp_path, capsys):
     assert strip(a) == strip(b) and len(a["trials"]) == 2
     out = capsys.readouterr().out
     assert "±" in out  # two trials: a spread
+    # an option --config would ignore is refused, not dropped in silence
+    assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--epochs", "3", "-K", "2",
+                 "--output", str(tmp_path / "c"), "-q"]) == 2
+    assert "--epochs, --steps would be ignored" in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 
 def test_one_trial_reports_no_spread(tmp_path, capsys):

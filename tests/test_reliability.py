@@ -160,3 +160,25 @@ def test_damaged_pyg_raw_file_is_named_as_damaged(data_dir, tmp_path):
     graph.write_bytes(graph.read_bytes()[:100])  # cut short
     with pytest.raises(GBPNError, match="damaged or cut short"):
         load_dataset("cora", str(tmp_path))
+
+
+def _benchmark(datasets, out):
+    return main(["benchmark", "--models", "gbpn", "--datasets", *datasets, "--trials", "1", "--epochs", "2",
+                 "--quiet", "--output", str(out)])
+
+
+@pytest.mark.parametrize("bad", ["nosuch", "./no/such/folder"])
+def test_benchmark_refuses_an_unknown_data_set_before_running_or_writing(graph, tmp_path, bad, capsys):
+    # the bad name comes second: it is refused before the first data set's runs
+    assert _benchmark([str(graph), bad], tmp_path / "grid") == 2
+    err = capsys.readouterr().err
+    assert ("unknown dataset" if "/" not in bad else "no such folder") in err and not (tmp_path / "grid").exists()
+
+
+def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
+    g = _folder(tmp_path / "g", [0, 1])
+    x = np.loadtxt(g / "features.csv", delimiter=",", skiprows=1)
+    x[3, 1] = np.nan
+    np.savetxt(g / "features.csv", x, delimiter=",", header="a,b,c", comments="")
+    assert _benchmark([str(g)], tmp_path / "grid") == 2
+    assert "NaN" in capsys.readouterr().err and not (tmp_path / "grid").exists()

@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", parents=common, help="train and evaluate GBPN / GBPN-I over several seeded trials")
     t.add_argument("--config", default=None,
                    help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
-                        "hyper-parameter come from it; the options below except --output, --threads, "
-                        "--data-dir and --save-trials are ignored)")
+                        "hyper-parameter come from it; of the options below only --output, --threads, "
+                        "--data-dir, --header and --save-trials may be given with it; --output defaults as "
+                        "without --config, so give it unless the recorded run's folder should be resumed)")
     _add_data_args(t)
     t.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
                    help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only")
@@ -331,12 +332,29 @@ def _recorded_run(path: str) -> tuple:
         raise GBPNError(f"{path} is not a run's config.json ({type(err).__name__}: {err})") from None
 
 
+# what --config leaves to the command line: where to write and read, how many threads, what to keep
+_CONFIG_KEEPS = {"command", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet", "verbose"}
+
+
+def _refuse_overrides(args: argparse.Namespace) -> None:
+    """``--config`` reruns a recorded run as it was: an option it would ignore is an error, not silence."""
+    parser = build_parser()
+    defaults = vars(parser.parse_args(["train"]))
+    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+    flag = {a.dest: max(a.option_strings, key=len) for a in train._actions if a.option_strings}
+    changed = sorted(k for k, v in vars(args).items() if k not in _CONFIG_KEEPS and v != defaults.get(k))
+    if changed:
+        flags = ", ".join(flag.get(k, k) for k in changed)
+        raise GBPNError(f"--config reruns the recorded run with its own settings, so {flags} would be ignored: "
+                        "leave them out, or train without --config to change them")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from gbpn.config import TrainConfig
     from gbpn.experiments.runner import run_trials
 
-    _set_threads(args)
     if args.config:
+        _refuse_overrides(args)
         dataset, data_dir, sample, seed, trials, config = _recorded_run(args.config)
         data_dir = args.data_dir or data_dir
     else:
@@ -514,7 +532,6 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
-    _set_threads(args)
     log = logger.info
     if args.preset:
         output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
@@ -626,7 +643,6 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
     from gbpn.experiments import sampling
     from gbpn.io import versions, write_json
 
-    _set_threads(args)
     if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
     args.dataset = args.dataset or DEFAULT_DATASET
@@ -672,9 +688,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     model, meta, data, _, mask, _ = _checkpoint_and_data(args)
     ex = explain_node(model, data, args.node, mask, meta.get("class_names"))
-    print(format_explanation(ex, args.top))
-    if args.json:
+    if args.json:  # first: an unwritable path fails before anything is printed
         write_json(args.json, ex)
+    print(format_explanation(ex, args.top))
     return 0
 
 
@@ -745,6 +761,7 @@ def _main_distributed(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    _set_threads(args)
     with _logging_to_stderr(args.verbose, args.quiet):
         logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
                      f"{vars(args)}")

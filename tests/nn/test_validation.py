@@ -38,6 +38,15 @@ def test_integer_known_mask_is_refused():
         _layer()(torch.randn(5, 3), RING, known_labels=labels, known_mask=torch.tensor([0, 1, 0, 0, 0]))
 
 
+def test_labels_without_a_mask_are_refused_not_ignored():
+    labels = torch.tensor([0, 1, 2, 0, 1])
+    layer = _layer()
+    with pytest.raises(ValueError, match="known_labels given without known_mask"):
+        layer(torch.randn(5, 3), RING, known_labels=labels)
+    with pytest.raises(ValueError, match="known_labels given without known_mask"):
+        layer.infer_pairs(torch.randn(5, 3), RING[:, RING[0] < RING[1]], known_labels=labels)
+
+
 def test_nan_or_inf_potential_row_is_refused_but_log_zero_is_fine():
     log_self = torch.randn(5, 3)
     for bad in (float("nan"), float("inf")):

@@ -12,6 +12,7 @@ the writable cache (``GBPN_CACHE``, default ``~/.cache/gbpn``) first.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import logging
 import os
@@ -113,10 +114,38 @@ def _writable_copy(root: Path, sub: str, whole: bool = False) -> Path:
     return target
 
 
+class _LinesToLog(io.TextIOBase):
+    """A text stream whose complete lines become ``log.info`` messages (so ``-q`` hides them)."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            if line.strip():
+                log.info(line.strip().split("\r")[-1])
+        return len(text)
+
+
+@contextlib.contextmanager
+def _library_output_to_log() -> Iterator[None]:
+    """What PyG and OGB print while they download and process ("Processing...", "Done!") goes through
+    logging like the rest of gbpn's messages, not straight to the terminal or into stdout's results."""
+    sink = _LinesToLog()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        yield
+    sink.write("\n")  # an unfinished last line
+
+
 def _pyg(make: Callable[[str], object], root: Path, sub: str, name: str, files: Sequence[str]) -> Data:
     where = _writable_copy(root, sub)
     try:
-        ds = make(str(where / sub.split("/")[0]))
+        with _library_output_to_log():
+            ds = make(str(where / sub.split("/")[0]))
     except Exception as err:  # PyG raises URLError, FileNotFoundError, ... when offline
         raw = where / sub
         if raw.is_dir() and all(any(raw.rglob(f)) for f in files):  # all there: one is damaged
@@ -203,7 +232,8 @@ def _ogb(key: str, root: Path) -> Data:
     try:
         with warnings.catch_warnings():  # ogb's own warnings about its torch.load and numpy use
             warnings.simplefilter("ignore", UserWarning)
-            ds = PygNodePropPredDataset(key, root=str(where))
+            with _library_output_to_log():
+                ds = PygNodePropPredDataset(key, root=str(where))
             split = ds.get_idx_split()
     except (Exception, SystemExit) as err:  # offline download, a refused prompt (ogb calls exit), bad files
         raise DatasetNotFoundError(
@@ -589,6 +619,20 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     return data
 
 
+def check_dataset_name(name: str) -> None:
+    """Raise :class:`GBPNError` unless ``name`` is a data set of :func:`available_datasets` or an existing
+    folder: the check :func:`load_dataset` makes first, without loading anything."""
+    key = ALIASES.get(name.lower(), name.lower())
+    if (key in (*PLANETOID, *COAUTHOR, *WIKIPEDIA, *YANDEX, *OGB, "elliptic", "election", "sexual", *REFERENCE_GRIDS)
+            or (key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS) or Path(name).expanduser().is_dir()):
+        return
+    if "/" in name or os.sep in name or name.startswith((".", "~")):
+        raise GBPNError(f"no such folder: {name} (a bring-your-own data set is a folder with edges.csv and "
+                        "features.csv)")
+    raise GBPNError(f"unknown dataset {name!r}: choose one of {', '.join(available_datasets())}, "
+                    "or give the path of a folder with edges.csv and features.csv")
+
+
 def load_dataset(
     name: str,
     data_dir: Optional[str] = None,
@@ -624,17 +668,10 @@ def load_dataset(
         data = _reference_grid(key, root, sample)
     elif key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS:
         data = make_synthetic(key[6:], sample=sample, seed=seed)
-    elif Path(name).expanduser().is_dir():
+    else:
+        check_dataset_name(name)
         data = load_byo(Path(name).expanduser(), header)
         key = Path(name).name
-    elif "/" in name or os.sep in name or name.startswith((".", "~")):
-        raise GBPNError(f"no such folder: {name} (a bring-your-own data set is a folder with edges.csv and "
-                        "features.csv)")
-    else:
-        raise GBPNError(
-            f"unknown dataset {name!r}: choose one of {', '.join(available_datasets())}, "
-            "or give the path of a folder with edges.csv and features.csv"
-        )
     data.name = key
     if not hasattr(data, "class_names") or data.class_names is None:
         data.class_names = [str(k) for k in range(int(getattr(data, "num_classes", 0) or 0))]

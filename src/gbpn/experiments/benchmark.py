@@ -26,7 +26,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gbpn.config import TrainConfig
-from gbpn.data.datasets import load_dataset
+from gbpn.data.datasets import check_dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
@@ -254,8 +254,17 @@ def run_grid(
                 or old.get("metric", metric) != metric or old.get("dropout", dropout) != dropout):
             raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size/patience/metric/dropout; choose a new "
                            "--output folder")
-    write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
-                                     "versions": versions()})
+    for d in datasets:  # a misspelt name fails now, not after the grid's earlier data sets have run
+        check_dataset_name(d)
+    recorded = False
+
+    def record_config() -> None:
+        """``config.json``, written once a data set has loaded: bad input leaves no folder behind."""
+        nonlocal recorded
+        if not recorded:
+            write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
+                                             "versions": versions()})
+            recorded = True
     # a bring-your-own folder is named by its last path component in rows and tables
     source = {(Path(d).name if os.path.isdir(os.path.expanduser(d)) else d): d for d in datasets}
     datasets = list(source)
@@ -288,12 +297,13 @@ def run_grid(
         name = rows_dir / f"{d}__{m}__{t}"
         if name.with_suffix(".json").is_file() or d in skipped:
             return True
+        data = dataset(d)  # loaded (and checked) before anything is written
+        if data is None:
+            return True
+        record_config()
         if not _claim(name.with_suffix(".claim")):
             return False
-        try:  # whatever happens once claimed (a skipped data set, an error), the claim is released
-            data = dataset(d)
-            if data is None:
-                return True
+        try:  # whatever happens once claimed (an error, an interruption), the claim is released
             s = seed + t
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"

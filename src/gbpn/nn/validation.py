@@ -102,6 +102,9 @@ def check_bp_inputs(
     num_edges = edge_index.size(1)
     _check_per_edge("edge_weight", edge_weight, num_edges)
     _check_per_edge("message_weight", message_weight, num_edges)
+    if known_labels is not None and known_mask is None:  # unclamped without a word would look like clamping
+        raise ValueError("known_labels given without known_mask: pass known_mask as well (True where the label is "
+                         "clamped, e.g. data.train_mask; known_labels >= 0 clamps every labelled node)")
     if known_mask is not None:
         if known_mask.dtype != torch.bool or known_mask.shape != (num_nodes,):
             raise ValueError(f"known_mask must be a bool tensor [{num_nodes}] (True = clamped), got "
