@@ -191,6 +191,37 @@ def test_predict_and_explain_need_only_the_checkpoint(trained, tmp_path, monkeyp
     assert code == 0 and out.startswith("node 5:")
 
 
+def test_predict_on_another_graph_says_what_it_clamps(trained, tmp_path, capsys):
+    ckpt = str(trained / "model.pt")
+    code, _, err = run(["predict", "--checkpoint", ckpt, "--output", str(tmp_path / "a.csv")], capsys)
+    assert code == 0 and "not the graph" not in err
+    code, _, err = run(["predict", "--checkpoint", ckpt, "--dataset", "synth-ising-", "--output",
+                        str(tmp_path / "b.csv")], capsys)
+    assert code == 0 and "synth-ising- is not the graph the checkpoint was trained on" in err
+    g, _ = _graph_folder(tmp_path / "g", labels=False)
+    code, _, err = run(["predict", "--checkpoint", ckpt, "--dataset", str(g), "--known", "labeled", "--output",
+                        str(tmp_path / "c.csv")], capsys)
+    assert code == 0 and "has no labelled node, so nothing is clamped" in err
+
+
+def test_explain_checks_its_json_path_before_printing(trained, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, out, err = run(["explain", "--checkpoint", str(trained / "model.pt"), "--node", "5", "--json",
+                          str(tmp_path / "file" / "e.json")], capsys)
+    assert code == 2 and out == "" and "cannot write" in err
+
+
+def test_verbose_logs_the_thread_count_in_use(trained, tmp_path, capsys):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        code, _, err = run(["train", "--dataset", "synth-ising+", "--epochs", "1", "--hidden", "8", "--threads", "1",
+                            "-v", "--output", str(tmp_path / "o")], capsys)
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0 and ", 1 threads;" in err
+
+
 def test_explain_parts_add_up_for_free_and_clamped_nodes(trained, tmp_path, capsys):
     meta = torch.load(trained / "model.pt", weights_only=True)
     from gbpn.data import load_dataset

@@ -418,17 +418,35 @@ def _checkpoint_and_data(args: argparse.Namespace):
         raise GBPNError(f"labels go up to {int(data.y.max())} but the checkpoint knows {model.num_classes} classes")
     masks = split_from_record(data, meta["split"]) if int((data.y >= 0).sum()) >= 3 else None
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
+    # another graph than the checkpoint's has no training split of its own: one is drawn as in training
+    whose = "the checkpoint's split" if _same_source(dataset, source, meta) else "a split drawn as in training"
     mask = None
     if known == "train":
         if masks is None:
             raise GBPNError("--known train needs labels in the graph to rebuild the training split")
         mask = masks[0]
+        if whose != "the checkpoint's split":
+            logger.warning(f"{dataset} is not the graph the checkpoint was trained on: --known train clamps the "
+                           f"training nodes of {whose} on it ({int(mask.sum())} nodes); --known labeled clamps "
+                           "every labelled node")
     elif known == "labeled":
         mask = data.y >= 0
+        if not bool(mask.any()):
+            logger.warning(f"--known labeled: {dataset} has no labelled node, so nothing is clamped")
         if masks is not None and bool((mask & masks[2]).any()):
             logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
-                           "the checkpoint's split: scoring this output on them measures nothing (use --known train)")
+                           f"{whose}: scoring this output on them measures nothing (use --known train)")
     return model, meta, data, masks, mask, known
+
+
+def _same_source(dataset: str, source: dict, meta: dict) -> bool:
+    """Whether ``dataset`` (a name or a folder) is the graph the checkpoint records."""
+    recorded = source.get("dataset") or meta.get("dataset")
+    if recorded is None:
+        return False
+    if os.path.isdir(os.path.expanduser(dataset)) or os.path.isdir(os.path.expanduser(recorded)):
+        return Path(dataset).expanduser().resolve() == Path(recorded).expanduser().resolve()
+    return dataset.lower() == recorded.lower()
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:

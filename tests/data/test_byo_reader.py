@@ -180,3 +180,58 @@ def test_edges_starting_0_1_beside_a_named_header_must_be_said(tmp_path):
     # a symmetric list repeats the edge as 1,0: either reading gives the same graph
     np.savetxt(tmp_path / "g" / "edges.csv", np.array([[0, 1], [1, 0], *edges]), fmt="%d", delimiter=",")
     assert load_dataset(str(tmp_path / "g")).edge_index.size(1) == 12
+
+
+def _folder(path, features="a,b\n1,2\n3,4\n5,6\n", edges="s,t\n0,1\n1,2\n", labels=None):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "features.csv").write_text(features)
+    (path / "edges.csv").write_text(edges)
+    if labels is not None:
+        (path / "labels.csv").write_text(labels)
+    return path
+
+
+@pytest.mark.parametrize("edges,message", [
+    ("s,t\n0,1\n1,2.5\n", r"edge 2 \(1, 2.5\) is not a pair of whole-number node ids"),
+    ("s,t\n0,1\n1,\n", r"edge 2 \(1, nan\) is not a pair"),
+    ("s,t\n0,1\n1,7\n", r"edge 2 \(1, 7\) names a node outside 0..2: node ids count the rows of features.csv \(3\)"),
+    ("s,t\n0,1\n-1,2\n", r"edge 2 \(-1, 2\) names a node outside"),
+    ("s,t,u\n0,1,2\n1,2,0\n", "must have two columns"),
+])
+def test_a_bad_edge_names_its_row(tmp_path, edges, message):
+    with pytest.raises(GBPNError, match=message):
+        load_byo(_folder(tmp_path / "g", edges=edges))
+
+
+def test_a_trailing_comma_is_named(tmp_path):
+    with pytest.raises(GBPNError, match="a comma at the end of a line"):
+        load_byo(_folder(tmp_path / "g", features="1,2,\n3,4,\n5,6,\n", edges="1,2\n"))
+
+
+def test_an_empty_label_names_its_line(tmp_path):
+    with pytest.raises(GBPNError, match="labels.csv line 3 is empty"):
+        load_byo(_folder(tmp_path / "g", labels="label\n0\n\n1\n"))
+    load_byo(_folder(tmp_path / "h", labels="label\n0\n1\n1\n\n\n"))  # blank lines at the end are fine
+
+
+def test_two_files_for_one_part_are_refused(tmp_path):
+    g = _folder(tmp_path / "g", labels="y\n0\n1\n1\n")
+    np.save(g / "labels.npy", np.array([1, 0, 0]))
+    with pytest.raises(GBPNError, match="holds labels.npy and labels.csv: keep one"):
+        load_byo(g)
+
+
+def test_only_self_loops_is_reported(tmp_path, caplog):
+    d = load_byo(_folder(tmp_path / "g", edges="s,t\n0,0\n1,1\n"))
+    assert "only self-loops" in caplog.text and d.num_nodes == 3
+
+
+@pytest.mark.parametrize("masks,message", [
+    ({"train": [1, 0, 0], "val": [0, 1, 0]}, r"it lacks test \(it holds: train, val\)"),
+    ({"train": [True] * 2, "val": [False] * 2, "test": [False] * 2}, r"got \(2,\), \(2,\), \(2,\)"),
+])
+def test_bad_splits_say_what_is_wrong(tmp_path, masks, message):
+    g = _folder(tmp_path / "g", labels="y\n0\n1\n1\n")
+    np.savez(g / "splits.npz", **{k: np.array(v) for k, v in masks.items()})
+    with pytest.raises(GBPNError, match=message):
+        load_byo(g)

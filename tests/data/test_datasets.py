@@ -247,3 +247,19 @@ def test_runs_started_together_load_the_same_data_set_into_a_fresh_cache(tmp_pat
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         assert out.split() == ["3327", "9104"]
+
+
+def test_pyg_and_ogb_messages_go_through_logging(capsys, caplog):
+    import logging
+    import sys
+
+    from gbpn.data.datasets import _library_output_to_log
+
+    with caplog.at_level(logging.INFO, logger="gbpn"), _library_output_to_log():
+        print("Processing...", file=sys.stderr)
+        print("Downloading https://example.org/x.zip")
+        sys.stderr.write("Done!")  # no newline: still logged when the block ends
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+    assert [r.getMessage() for r in caplog.records] == ["Processing...", "Downloading https://example.org/x.zip",
+                                                        "Done!"]

@@ -437,7 +437,8 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
         first = "header"
     else:
         hint = (" (an unnamed first column is the index pandas writes unless to_csv(index=False))"
-                if fields[0] == "" else "")
+                if fields[0] == "" else " (a comma at the end of a line leaves an empty last column: remove it)"
+                if fields[-1] == "" else "")
         raise GBPNError(f"the first line of {path} mixes numbers and text ({','.join(fields)}){hint}: a header "
                         "holds only names and a data row only numbers; fix the line, or pass --header or --no-header")
     import pandas as pd
@@ -452,9 +453,25 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
     except ValueError:
         raise GBPNError(f"{path} {_first_non_number(path, sep, skip)}"
                         + ("; pass --header if the first line is a header" if header is False else "")) from None
+    if len(fields) == 1:  # one value per line: a blank line is an empty cell, not a stray line
+        _check_blank_lines(path)
     if rows.size and np.isnan(rows).any():
         _check_row_lengths(path, sep, skip, rows)
     return _Table(path, first, rows)
+
+
+def _check_blank_lines(path: Path) -> None:
+    """pandas skips a blank line: in a one-column file (labels) inside the data that silently drops
+    a node's value and shifts the ones after it, so name the line instead (blank lines at the end
+    are harmless)."""
+    import re
+
+    text = path.read_bytes()
+    gap = re.search(rb"\n[ \t\r]*\n(?=[ \t\r\n]*[^ \t\r\n])", text)
+    if gap is not None and text[: gap.start()].strip():
+        line = text.count(b"\n", 0, gap.start()) + 2
+        raise GBPNError(f"{path} line {line} is empty: every node needs its row (in a labels file, -1 marks an "
+                        "unknown label); fill it in or delete the line")
 
 
 def _check_row_lengths(path: Path, sep: str, skip: int, rows: np.ndarray) -> None:
@@ -518,26 +535,29 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
 
 def find_byo_file(folder: Path, stem: str) -> Optional[Path]:
     """The file ``stem`` of a bring-your-own folder (``.npy``, ``.csv``, ``.txt`` or ``.tsv``), or ``None``."""
-    for ext in (".npy", ".csv", ".txt", ".tsv"):
-        if (folder / (stem + ext)).is_file():
-            return folder / (stem + ext)
-    return None
+    found = [folder / (stem + ext) for ext in (".npy", ".csv", ".txt", ".tsv") if (folder / (stem + ext)).is_file()]
+    if len(found) > 1:
+        raise GBPNError(f"{folder} holds {' and '.join(p.name for p in found)}: keep one of them, so that it is clear "
+                        "which one is read")
+    return found[0] if found else None
 
 
 def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
     """``splits.npz`` as ``[3, S, N]`` boolean masks (train, val, test)."""
     try:
         z = np.load(path, allow_pickle=False)
-        masks = [np.asarray(z[k]) for k in ("train", "val", "test")]
-    except KeyError as err:
-        raise GBPNError(f"{path} must hold the boolean masks train, val and test; {err} is missing") from None
+        missing = [k for k in ("train", "val", "test") if k not in z.files]
+        if missing:
+            raise GBPNError(f"{path} must hold the boolean masks train, val and test; it lacks {', '.join(missing)} "
+                            f"(it holds: {', '.join(z.files) or 'nothing'})")
+        given = [np.asarray(z[k]) for k in ("train", "val", "test")]
     except (OSError, ValueError) as err:
         raise GBPNError(f"could not read {path}: {err}") from None
-    masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in masks]
+    masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in given]
     shapes = {m.shape for m in masks}
     if len(shapes) != 1 or masks[0].ndim != 2 or masks[0].shape[1] != num_nodes:
         raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] boolean masks with N = {num_nodes} "
-                        f"nodes, got {', '.join(str(m.shape) for m in masks)} (from node indices idx: "
+                        f"nodes, got {', '.join(str(m.shape) for m in given)} (from node indices idx: "
                         "mask = np.zeros(N, bool); mask[idx] = True)")
     if any(m.dtype != np.bool_ and not np.isin(m, (0, 1)).all() for m in masks):
         raise GBPNError(f"{path}: masks must be boolean (or 0/1)")
@@ -549,6 +569,21 @@ def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
         if empty.numel():  # model selection and the reported score need nodes in each part
             raise GBPNError(f"{path}: split {int(empty[0])} has no {name} node; every split needs some of each")
     return out
+
+
+def _check_node_ids(edges_path: Path, features_path: Path, edges: np.ndarray, num_nodes: int) -> None:
+    """Every entry of the edge list a node id: a whole number in ``0..num_nodes-1`` (one per row of
+    the features); the message names the edge row at fault."""
+    whole = edges == np.round(edges)  # False for NaN (an empty cell) too
+    if not whole.all():
+        r = int(np.argwhere(~whole)[0, 0])
+        raise GBPNError(f"{edges_path}: edge {r + 1} ({', '.join(f'{v:g}' for v in edges[r])}) is not a pair of "
+                        "whole-number node ids")
+    bad = (edges < 0) | (edges >= num_nodes)
+    if bad.any():
+        r = int(np.argwhere(bad)[0, 0])
+        raise GBPNError(f"{edges_path}: edge {r + 1} ({int(edges[r, 0])}, {int(edges[r, 1])}) names a node outside "
+                        f"0..{num_nodes - 1}: node ids count the rows of {features_path.name} ({num_nodes}) from 0")
 
 
 def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
@@ -583,8 +618,13 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     if not edges.size:
         log.warning("%s holds no edges: every node is isolated and its belief is its own evidence", paths["edges"])
         edges = np.zeros((0, 2))
-    elif edges.shape[1] != 2 or not np.all(edges == np.round(edges)):
-        raise GBPNError(f"{paths['edges']} must have two integer columns (source, target), got shape {edges.shape}")
+    elif edges.shape[1] != 2:
+        raise GBPNError(f"{paths['edges']} must have two columns (source, target), got {edges.shape[1]}")
+    else:
+        _check_node_ids(paths["edges"], paths["features"], edges, x.shape[0])
+    if edges.size and (edges[:, 0] == edges[:, 1]).all():
+        log.warning("%s holds only self-loops, which BP drops: every node is isolated and its belief is its own "
+                    "evidence", paths["edges"])
     data = Data(x=torch.from_numpy(x.astype(np.float32)), edge_index=torch.from_numpy(edges.T.astype(np.int64)))
     data.num_nodes = x.shape[0]
     if "labels" in rows:
