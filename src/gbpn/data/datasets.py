@@ -136,9 +136,11 @@ def _library_output_to_log() -> Iterator[None]:
     """What PyG and OGB print while they download and process ("Processing...", "Done!") goes through
     logging like the rest of gbpn's messages, not straight to the terminal or into stdout's results."""
     sink = _LinesToLog()
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        yield
-    sink.write("\n")  # an unfinished last line
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        sink.write("\n")  # an unfinished last line
 
 
 def _pyg(make: Callable[[str], object], root: Path, sub: str, name: str, files: Sequence[str]) -> Data:
