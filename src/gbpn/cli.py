@@ -588,7 +588,7 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
         if c != want or not torch.allclose(coupling, coupling.T):
             raise GBPNError(f"--coupling for {args.kind} must be a symmetric {want}x{want} matrix")
     data = make_synthetic(args.kind, n=args.size, coupling=coupling, num_samples=args.samples, sample=args.sample,
-                          burn_in=args.burn_in, thin=args.thin, seed=args.seed)
+                          burn_in=args.burn_in, thin=args.thin, seed=args.seed, progress=not args.quiet)
     out = Path(args.output)
     und = data.edge_index[:, data.edge_index[0] < data.edge_index[1]].T.numpy()
 

@@ -56,3 +56,9 @@ def test_make_synthetic_is_seeded_and_uses_the_default_coupling():
     assert torch.equal(a.y_samples, b.y_samples) and a.y_samples.shape == (10, 64)
     assert torch.allclose(a.true_H, DEFAULT_COUPLING["mrf+"].float())
     assert not torch.equal(a.y_samples, make_synthetic("mrf+", n=8, burn_in=20, thin=2, seed=6).y_samples)
+
+
+def test_progress_bar_leaves_the_samples_unchanged():
+    quiet = make_synthetic("mrf+", n=6, num_samples=2, burn_in=5, thin=2, seed=1)
+    shown = make_synthetic("mrf+", n=6, num_samples=2, burn_in=5, thin=2, seed=1, progress=True)
+    assert torch.equal(quiet.y_samples, shown.y_samples)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
+from tqdm.auto import tqdm
 
 from gbpn.errors import GBPNError
 
@@ -108,6 +109,7 @@ def sample_mrf(
     method: str = "auto",
     generator: Optional[torch.Generator] = None,
     colors: Optional[Tensor] = None,
+    progress: bool = False,
 ) -> Tensor:
     r"""Draw label configurations of the pairwise MRF by MCMC, vectorised per colour class.
 
@@ -126,6 +128,7 @@ def sample_mrf(
         thin: sweeps between returned samples.
         generator: seeded ``torch.Generator`` (every random draw comes from it).
         colors: a proper colouring ``[N]``; computed with :func:`greedy_coloring` if ``None``.
+        progress: a progress bar over the sweeps (on a terminal only).
 
     Returns:
         ``[num_samples, N]`` integer labels.
@@ -147,7 +150,8 @@ def sample_mrf(
     y = torch.randint(0, c, (n,), generator=gen)
     out = []
     total = burn_in + num_samples * thin
-    for sweep in range(1, total + 1):
+    for sweep in tqdm(range(1, total + 1), desc=f"{method} sweeps", disable=None if progress else True, leave=False,
+                      dynamic_ncols=True):
         for nodes in classes:
             field = log_self.index_add(0, dst, log_H[:, y[src]].T)[nodes]
             if method == "gibbs":  # Gumbel-max: argmax(f + G) ~ softmax(f)
@@ -172,6 +176,7 @@ def make_synthetic(
     burn_in: int = 1000,
     thin: int = 100,
     seed: int = 0,
+    progress: bool = False,
 ) -> Data:
     """A grid MRF data set of the paper's kind, generated here: ``Data(x=coords, y, edge_index)``.
 
@@ -185,7 +190,8 @@ def make_synthetic(
     H = DEFAULT_COUPLING[kind] if coupling is None else torch.as_tensor(coupling, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     colors = (torch.arange(n * n) // n + torch.arange(n * n) % n) % 2  # checkerboard
-    ys = sample_mrf(edge_index, log_self, H.log(), num_samples, burn_in, thin, generator=gen, colors=colors)
+    ys = sample_mrf(edge_index, log_self, H.log(), num_samples, burn_in, thin, generator=gen, colors=colors,
+                    progress=progress)
     data = Data(x=coords.float(), y=ys[sample], edge_index=edge_index)
     data.y_samples = ys
     data.true_H = H.float()
