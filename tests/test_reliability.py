@@ -53,7 +53,12 @@ def test_a_named_class_without_nodes_is_reported(tmp_path, caplog):
     g = _folder(tmp_path / "g", [0, 2], ["a", "b", "c"])
     with caplog.at_level(logging.WARNING):
         d = load_dataset(str(g))
-    assert d.num_classes == 3 and "has class 1" in caplog.text
+    assert d.num_classes == 3 and "has class 1: class_names.txt names 3 classes" in caplog.text
+    caplog.clear()
+    g = _folder(tmp_path / "h", [0, 1, 0, 1, 7])  # a typo'd label makes eight classes: the warning says where from
+    with caplog.at_level(logging.WARNING):
+        d = load_dataset(str(g))
+    assert d.num_classes == 8 and "has class 2, 3, 4, 5, 6: classes are counted up to the largest label (7" in caplog.text
 
 
 # item 4 ------------------------------------------------------------------------------------------

@@ -656,8 +656,12 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     if "labels" in rows:
         empty = np.setdiff1d(np.arange(data.num_classes), known).tolist()
         if empty:
-            log.warning("no node of %s has class %s: the model learns such a class from no example",
-                        paths["labels"], ", ".join(map(str, empty)))
+            top = int(known.max())
+            why = (f"{names.name} names {data.num_classes} classes" if names.is_file() else
+                   f"classes are counted up to the largest label ({top}, on {int((known == top).sum())} node(s); "
+                   "a typo?)")
+            log.warning("no node of %s has class %s: %s, and the model learns such a class from no example",
+                        paths["labels"], ", ".join(map(str, empty)), why)
     return data
 
 
