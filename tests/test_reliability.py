@@ -187,3 +187,22 @@ def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     np.savetxt(g / "features.csv", x, delimiter=",", header="a,b,c", comments="")
     assert _benchmark([str(g)], tmp_path / "grid") == 2
     assert "NaN" in capsys.readouterr().err and not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["sample-mrf", "--kind", "ising+", "--size", "5", "--coupling", "1", "inf", "inf", "1"], "positive finite"),
+    (["sample-mrf", "--kind", "ising+", "--size", "5", "--coupling", "1", "nan", "nan", "1"], "positive finite"),
+    (["analyze", "degree", "--checkpoint", "x.pt", "--fanouts", "1", "2"], "not both"),
+    (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "7"], "--epochs: only for the --fanouts study"),
+])
+def test_options_of_another_mode_or_not_finite_are_refused(tmp_path, args, message, capsys):
+    assert main([*args, "--output", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_every_analysis_that_computes_takes_threads():
+    from gbpn.cli import build_parser
+
+    for analysis in ("convergence", "degree", "sampling", "identifiability"):
+        extra = ["--checkpoint", "x.pt"] if analysis == "convergence" else []
+        assert build_parser().parse_args(["analyze", analysis, *extra, "--threads", "1"]).threads == 1

@@ -257,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_args(conv)
     conv.add_argument("--steps", type=POSITIVE, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
+    conv.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
     ad = asub.add_parser("degree", parents=common,
                          help="with --checkpoint: confidence, accuracy and log-likelihood against node "
@@ -581,8 +582,8 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
     coupling = None
     if args.coupling is not None:
         c = int(round(len(args.coupling) ** 0.5))
-        if c * c != len(args.coupling) or min(args.coupling) <= 0:
-            raise GBPNError("--coupling needs c*c positive numbers (the matrix row by row)")
+        if c * c != len(args.coupling) or not all(0 < v < float("inf") for v in args.coupling):  # NaN fails too
+            raise GBPNError("--coupling needs c*c positive finite numbers (the matrix row by row)")
         coupling = torch.tensor(args.coupling, dtype=torch.float64).view(c, c)
         want = 2 if args.kind.startswith("ising") else 3
         if c != want or not torch.allclose(coupling, coupling.T):
@@ -616,6 +617,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
         print(f"figures and identifiability.csv in {args.output}")
         return 0
+    if args.analysis == "degree":
+        _check_degree_mode(args)
     if args.analysis == "sampling" or (args.analysis == "degree" and args.fanouts):
         return _cmd_sampling_study(args)
     if args.analysis == "degree" and not args.checkpoint:
@@ -652,6 +655,20 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
           else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
     print(f"wrote convergence.png/.svg/.csv and settle_steps.csv to {out}" + (f" (layout: {method})" if method else ""))
     return 0
+
+
+def _check_degree_mode(args: argparse.Namespace) -> None:
+    """``analyze degree`` is either a trained model's confidence by degree (--checkpoint) or a study
+    that trains its own models (--fanouts): options of the other mode are refused, not ignored."""
+    if args.checkpoint and args.fanouts:
+        raise GBPNError("gbpn analyze degree takes --checkpoint (confidence by degree of a trained model) or "
+                        "--fanouts (a sub-sampling study that trains its own models), not both")
+    if args.checkpoint:
+        defaults = vars(build_parser().parse_args(["analyze", "degree"]))
+        given = [k for k in ("variant", "epochs", "trials", "batch_size", "seed") if getattr(args, k) != defaults[k]]
+        if given:
+            raise GBPNError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: only for the --fanouts study, "
+                            "which trains its own models; leave out with --checkpoint")
 
 
 def _cmd_sampling_study(args: argparse.Namespace) -> int:
