@@ -337,17 +337,24 @@ def _recorded_run(path: str) -> tuple:
 _CONFIG_KEEPS = {"command", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet", "verbose"}
 
 
+def _given_options(args: argparse.Namespace, command: List[str], names) -> List[str]:
+    """The flags among ``names`` (argparse dests) whose values differ from the defaults of ``command``
+    (e.g. ``["analyze", "degree"]``): the options a user set."""
+    parser = build_parser()
+    defaults = vars(parser.parse_args(command))
+    sub = parser
+    for word in command:  # the subcommand's own parser names its flags
+        sub = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    flag = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings}
+    return [flag.get(k, k) for k in sorted(names) if getattr(args, k) != defaults.get(k)]
+
+
 def _refuse_overrides(args: argparse.Namespace) -> None:
     """``--config`` reruns a recorded run as it was: an option it would ignore is an error, not silence."""
-    parser = build_parser()
-    defaults = vars(parser.parse_args(["train"]))
-    train = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
-    flag = {a.dest: max(a.option_strings, key=len) for a in train._actions if a.option_strings}
-    changed = sorted(k for k, v in vars(args).items() if k not in _CONFIG_KEEPS and v != defaults.get(k))
-    if changed:
-        flags = ", ".join(flag.get(k, k) for k in changed)
-        raise GBPNError(f"--config reruns the recorded run with its own settings, so {flags} would be ignored: "
-                        "leave them out, or train without --config to change them")
+    flags = _given_options(args, ["train"], set(vars(args)) - _CONFIG_KEEPS)
+    if flags:
+        raise GBPNError(f"--config reruns the recorded run with its own settings, so {', '.join(flags)} would be "
+                        "ignored: leave them out, or train without --config to change them")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -664,11 +671,10 @@ def _check_degree_mode(args: argparse.Namespace) -> None:
         raise GBPNError("gbpn analyze degree takes --checkpoint (confidence by degree of a trained model) or "
                         "--fanouts (a sub-sampling study that trains its own models), not both")
     if args.checkpoint:
-        defaults = vars(build_parser().parse_args(["analyze", "degree"]))
-        given = [k for k in ("variant", "epochs", "trials", "batch_size", "seed") if getattr(args, k) != defaults[k]]
+        given = _given_options(args, ["analyze", "degree"], ("variant", "epochs", "trials", "batch_size", "seed"))
         if given:
-            raise GBPNError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: only for the --fanouts study, "
-                            "which trains its own models; leave out with --checkpoint")
+            raise GBPNError(f"{', '.join(given)}: only for the --fanouts study, which trains its own models; leave "
+                            "out with --checkpoint")
 
 
 def _cmd_sampling_study(args: argparse.Namespace) -> int:

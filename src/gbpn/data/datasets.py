@@ -668,9 +668,7 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
 def check_dataset_name(name: str) -> None:
     """Raise :class:`GBPNError` unless ``name`` is a data set of :func:`available_datasets` or an existing
     folder: the check :func:`load_dataset` makes first, without loading anything."""
-    key = ALIASES.get(name.lower(), name.lower())
-    if (key in (*PLANETOID, *COAUTHOR, *WIKIPEDIA, *YANDEX, *OGB, "elliptic", "election", "sexual", *REFERENCE_GRIDS)
-            or (key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS) or Path(name).expanduser().is_dir()):
+    if ALIASES.get(name.lower(), name.lower()) in available_datasets() or Path(name).expanduser().is_dir():
         return
     if "/" in name or os.sep in name or name.startswith((".", "~")):
         raise GBPNError(f"no such folder: {name} (a bring-your-own data set is a folder with edges.csv and "
