@@ -194,6 +194,8 @@ def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     (["sample-mrf", "--kind", "ising+", "--size", "5", "--coupling", "1", "nan", "nan", "1"], "positive finite"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--fanouts", "1", "2"], "not both"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "7"], "--epochs: only for the --fanouts study"),
+    # a grid's nodes have at most 4 neighbours: a fanout of 5 samples nothing
+    (["analyze", "sampling", "--fanout", "5", "--epochs", "1"], "give a fanout below 4"),
 ])
 def test_options_of_another_mode_or_not_finite_are_refused(tmp_path, args, message, capsys):
     assert main([*args, "--output", str(tmp_path / "o")]) == 2

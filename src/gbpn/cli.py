@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import io
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -677,6 +678,10 @@ def _check_degree_mode(args: argparse.Namespace) -> None:
                             "out with --checkpoint")
 
 
+def _ratio(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else "undefined"
+
+
 def _cmd_sampling_study(args: argparse.Namespace) -> int:
     """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
     from gbpn.config import TrainConfig
@@ -701,9 +706,12 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         summary = sampling.save_variance_study(result, out, title=f"on {name}")
         write_json(out / "summary.json", {**record, "summary": summary})
         print(f"{name}, second half of training, variance summed over nodes (median node): "
-              + ", ".join(f"{a}/{b} {summary[f'total_{a}_vs_{b}_second_half']:.3f} "
-                          f"({summary[f'median_{a}_vs_{b}_second_half']:.3f})"
+              + ", ".join(f"{a}/{b} {_ratio(summary[f'total_{a}_vs_{b}_second_half'])} "
+                          f"({_ratio(summary[f'median_{a}_vs_{b}_second_half'])})"
                           for a, b in (("importance", "uniform"), ("importance", "optimal"), ("uniform", "optimal"))))
+        if any(not math.isfinite(summary[f"{k}_second_half"]) for k in sampling.RATIOS):
+            print("undefined: the denominator had no variance (optimal sampling has none where a node's messages "
+                  "all point the same way, as on two-class graphs)")
         n = {"num_trials": args.trials}
         print(f"test accuracy: exp3 {_mean_std({**summary, **n}, 'exp3_test_accuracy')}, "
               f"uniform {_mean_std({**summary, **n}, 'uniform_test_accuracy')}")

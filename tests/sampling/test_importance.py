@@ -12,6 +12,7 @@ from gbpn.sampling import (
     sample_tree,
     sampling_variance,
     uniform_probs,
+    variance_ratios,
 )
 
 
@@ -123,3 +124,20 @@ def test_exp3_moves_towards_informative_neighbours_and_lowers_variance():
     dst = torch.zeros(leaves, dtype=torch.long)
     v = lambda q: float(sampling_variance(full, dst, q, 1, 2)[0])  # noqa: E731
     assert v(p) < 0.5 * v(torch.full((leaves,), 1.0 / leaves, dtype=torch.float64))
+
+
+def test_parallel_messages_have_no_optimal_variance_and_undefined_ratios():
+    # two classes: every centred message is (a, -a); with one sign they are parallel, so p*
+    # samples without variance and a ratio over it is undefined, not rounding noise's 1e15
+    n, d = 9, 3
+    a = 2 * torch.rand(n, generator=torch.Generator().manual_seed(10), dtype=torch.float64) + 0.1
+    log_msg = torch.log_softmax(torch.stack([a, -a], 1).float(), -1)
+    dst = torch.zeros(n, dtype=torch.long)
+    assert sampling_variance(log_msg, dst, optimal_probs(log_msg, dst, 1), 1, d)[0] == 0
+    assert sampling_variance(log_msg, dst, torch.full((n,), 1 / n, dtype=torch.float64), 1, d)[0] > 0
+    ei = torch.stack([torch.arange(1, n + 1), torch.zeros(n, dtype=torch.long)])
+    graph = CSRGraph.from_edge_index(ei.flip(0), n + 1)  # row 0 lists its neighbours
+    r = variance_ratios(log_msg, ei, n + 1, d, uniform_probs(graph), graph)
+    assert r["nodes"] == 1
+    assert math.isnan(r["total_uniform_vs_optimal"]) and math.isnan(r["median_uniform_vs_optimal"])
+    assert r["total_importance_vs_uniform"] == 1.0

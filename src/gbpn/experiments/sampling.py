@@ -43,6 +43,12 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     """
     if config.batch_size is None or config.fanout is None:
         raise GBPNError("the variance study trains on sampled trees: give a batch size and a fanout")
+    max_deg = int(torch.bincount(data.edge_index[1], minlength=data.num_nodes).max()) if data.num_edges else 0
+    if max_deg <= config.fanout:
+        raise GBPNError(f"no node has more than {config.fanout} neighbours (the largest degree is {max_deg}), "
+                        f"so every sampler keeps all of them and there is no variance to compare: "
+                        f"give a fanout below {max_deg}" if max_deg > 1 else
+                        "no node has more than one neighbour: there is nothing to sample")
     x = prepare_features(data.x)
     epochs: List[Dict] = []
     accuracy: List[Dict] = []
@@ -78,9 +84,16 @@ def _mean_std(rows: List[Dict], key: str, by: str = "epoch"):
     return np.array(xs), mean, std
 
 
+def _finite_mean(values: List[float]) -> float:
+    """Mean of the defined (finite) ratios; NaN when none is."""
+    ok = [v for v in values if np.isfinite(v)]
+    return float(np.mean(ok)) if ok else float("nan")
+
+
 def save_variance_study(result: Dict[str, List[Dict]], out_dir: str | Path, title: str = "") -> Dict[str, float]:
     """Write ``variance.csv``, ``sampler_accuracy.csv`` and ``variance.png``/``.svg``
-    (two panels as in appendix Figure 7); return a summary of the last epochs."""
+    (two panels as in appendix Figure 7); return a summary of the last epochs: the mean of
+    each ratio where it is defined, NaN where it never is."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,7 +122,7 @@ def save_variance_study(result: Dict[str, List[Dict]], out_dir: str | Path, titl
     rows = result["epochs"]
     last = max(r["epoch"] for r in rows)
     tail = [r for r in rows if r["epoch"] >= last // 2]  # the second half of training
-    summary = {f"{k}_second_half": float(np.nanmean([r[k] for r in tail])) for k in RATIOS}
+    summary = {f"{k}_second_half": _finite_mean([r[k] for r in tail]) for k in RATIOS}
     for s in ("exp3", "uniform"):
         acc = [r["test_accuracy"] for r in result["accuracy"] if r["sampler"] == s]
         summary[f"{s}_test_accuracy_mean"], summary[f"{s}_test_accuracy_std"] = float(np.mean(acc)), float(np.std(acc))
