@@ -281,7 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "variance ratios per epoch and accuracy (paper appendix B, Figure 7)")
     _add_data_args(asa)
     _add_study_args(asa, epochs=100, trials=3)
-    asa.add_argument("--fanout", type=int, default=5, help="neighbours drawn per tree node (default: 5)")
+    asa.add_argument("--fanout", type=int, default=None,
+                     help="neighbours drawn per tree node (default: 5, or one less than the largest degree "
+                          "where that is smaller, so that some node is sampled)")
     asa.add_argument("--hops", type=int, default=2, help="tree depth (default: 2)")
     asa.add_argument("--exp3-gamma", type=float, default=0.05, help="share of uniform exploration (default: 0.05)")
     asa.add_argument("--output", default=None, help="folder (default: runs/sampling-<dataset>)")
@@ -698,6 +700,9 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
     out = Path(args.output or f"runs/{kind}-{name}")
     record = {"command": f"analyze {args.analysis}", "dataset": name, "args": vars(args), "versions": versions()}
     if kind == "sampling":
+        if args.fanout is None:
+            max_deg = int(torch.bincount(data.edge_index[1], minlength=data.num_nodes).max()) if data.num_edges else 0
+            args.fanout = max(1, min(5, max_deg - 1))
         if args.fanout < 1 or args.hops < 1:
             raise GBPNError("--fanout and --hops must be positive")
         config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size, fanout=args.fanout,
@@ -705,7 +710,7 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         result = sampling.variance_study(data, config, args.trials, args.seed)
         summary = sampling.save_variance_study(result, out, title=f"on {name}")
         write_json(out / "summary.json", {**record, "summary": summary})
-        print(f"{name}, second half of training, variance summed over nodes (median node): "
+        print(f"{name}, fanout {args.fanout}, second half of training, variance summed over nodes (median node): "
               + ", ".join(f"{a}/{b} {_ratio(summary[f'total_{a}_vs_{b}_second_half'])} "
                           f"({_ratio(summary[f'median_{a}_vs_{b}_second_half'])})"
                           for a, b in (("importance", "uniform"), ("importance", "optimal"), ("uniform", "optimal"))))
