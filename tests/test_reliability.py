@@ -180,6 +180,20 @@ def test_benchmark_refuses_an_unknown_data_set_before_running_or_writing(graph, 
     assert ("unknown dataset" if "/" not in bad else "no such folder") in err and not (tmp_path / "grid").exists()
 
 
+def test_table_only_rebuilds_the_recorded_grid_and_refuses_a_folder_without_one(graph, tmp_path, capsys):
+    assert _benchmark([str(graph)], tmp_path / "grid") == 0
+    table = (tmp_path / "grid" / "table.md").read_text()
+    (tmp_path / "grid" / "table.md").unlink()
+    # no --models/--datasets: the grid comes from the folder's config.json, and nothing trains
+    assert main(["benchmark", "--table-only", "--quiet", "--output", str(tmp_path / "grid")]) == 0
+    assert (tmp_path / "grid" / "table.md").read_text() == table
+    capsys.readouterr()
+    assert main(["benchmark", "--table-only", "--output", str(tmp_path / "none")]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert main(["benchmark", "--table-only", "--preset", "table3", "--output", str(tmp_path / "none")]) == 2
+    assert "no finished runs" in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
 def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     g = _folder(tmp_path / "g", [0, 1])
     x = np.loadtxt(g / "features.csv", delimiter=",", skiprows=1)

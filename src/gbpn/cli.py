@@ -234,7 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     b.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
-    b.add_argument("--table-only", action="store_true", help="rebuild results.csv and table.md from finished runs")
+    b.add_argument("--table-only", action="store_true",
+                   help="rebuild results.csv and table.md from the finished runs in --output, training nothing; "
+                        "the grid (models, data sets, trials, options) is read from its config.json unless "
+                        "--preset or --models and --datasets name it")
 
     m = sub.add_parser("sample-mrf", parents=common, help="sample a synthetic grid MRF data set into the bring-your-own format")
     m.add_argument("--kind", choices=["ising+", "ising-", "mrf+", "mrf-"], default="ising+",
@@ -558,6 +561,21 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recorded_grid(args: argparse.Namespace, output: Path) -> None:
+    """``benchmark --table-only`` without a named grid: take the one recorded in ``output``."""
+    from gbpn.io import read_json
+
+    if not (output / "config.json").is_file():
+        raise GBPNError(f"{output} holds no benchmark grid (no config.json): give the --output folder of a grid "
+                        "that has run, or name it with --preset or --models and --datasets")
+    grid = read_json(output / "config.json")
+    args.models, args.datasets = args.models or grid["models"], args.datasets or grid["datasets"]
+    args.quick = False
+    for key in ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout"):
+        if key in grid:
+            setattr(args, key, grid[key])
+
+
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
@@ -568,10 +586,12 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
                            progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
                            save_predictions=args.save_predictions)
     else:
+        output = args.output or "runs/benchmark"
+        if args.table_only and not (args.models and args.datasets):
+            _recorded_grid(args, Path(output))
         if not args.models or not args.datasets:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
         trials, epochs = (2, 100) if args.quick else (args.trials, args.epochs)
-        output = args.output or "runs/benchmark"
         if args.batch_size is not None and args.batch_size < 1:
             raise GBPNError("--batch-size must be positive")
         if args.dropout is not None and not 0 <= args.dropout < 1:

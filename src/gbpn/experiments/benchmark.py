@@ -278,7 +278,9 @@ def run_grid(
     finished = len(datasets) * len(run_models) * trials - len(todo)
     if table_only:
         todo = []
-    log(f"{len(todo)} runs to do, {finished} already finished in {out}")
+        log(f"the table from the {finished} finished runs in {out}")
+    else:
+        log(f"{len(todo)} runs to do, {finished} already finished in {out}")
     loaded: Dict = {}
     skipped = set()
 
@@ -344,6 +346,8 @@ def run_grid(
     runs = [r for r in rows if not members.get(r["model"])]
     total, untimed = sum(r.get("seconds", 0.0) for r in runs), sum("seconds" not in r for r in runs)
     rows = [r for r in rows if r["model"] in models]
+    if table_only and not rows:
+        raise GBPNError(f"no finished runs of this grid in {out}: run it without --table-only first")
     if rows:
         keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
                 "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "potential", "seconds"]
