@@ -33,7 +33,9 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:  # a read-only folder, a file where a folder should be, a full disk
-        raise GBPNError(f"cannot write {path}: {err.strerror or err}; choose another output path") from None
+        file = next((p for p in path.parents if p.is_file()), None)
+        why = f"{file} is a file, not a folder" if file is not None else err.strerror or err
+        raise GBPNError(f"cannot write {path}: {why}; choose another output path") from None
     try:
         with os.fdopen(fd, mode) as fh:
             write(fh)
