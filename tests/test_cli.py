@@ -396,3 +396,10 @@ def test_train_implicit_records_convergence(tmp_path, capsys):
                         "--output", str(tmp_path / "bad")], capsys)
     last = err.splitlines()[-1]
     assert code == 2 and "tol > 0" in last and last.startswith("gbpn train: error:") and err.count("error:") == 1
+
+
+def test_per_rank_parts_keep_a_csv_suffix():
+    from gbpn.cli import _rank_output
+
+    assert _rank_output("out/p.csv", 1, 2) == "out/p.rank1-of-2.csv"
+    assert _rank_output("out/p", 0, 2) == "out/p.rank0-of-2.csv"

@@ -495,8 +495,9 @@ def _write_probabilities(output: str, probs: np.ndarray, meta: dict, model, mask
 
 
 def _rank_output(output: str, rank: int, world: int) -> str:
+    """A rank's part of ``output``: ``p.csv`` -> ``p.rank0-of-2.csv`` (and ``p`` -> ``p.rank0-of-2.csv``)."""
     path = Path(output)
-    return str(path.with_name(f"{path.stem}.rank{rank}-of-{world}{path.suffix}"))
+    return str(path.with_name(f"{path.stem}.rank{rank}-of-{world}{path.suffix or '.csv'}"))
 
 
 def _partitioned_predict(args: argparse.Namespace, model, meta: dict, data, mask, known: str, output: str) -> int:
