@@ -103,6 +103,7 @@ def test_predict_on_your_own_graph_inductive(trained, tmp_path, capsys):
         (["train", "--device", "cuda:7"], "no such CUDA device"),
         (["predict", "--checkpoint", "/nonexistent.pt"], "does not exist"),
         (["coupling", "--checkpoint", "/nonexistent.pt"], "does not exist"),
+        (["analyze", "convergence", "--checkpoint", "/"], "is a folder: give the checkpoint file in it"),
     ],
 )
 def test_user_errors_are_one_line_and_non_zero(args, match, capsys):

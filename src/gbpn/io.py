@@ -142,6 +142,11 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
     from gbpn.nn.model import GBPN
 
     path = Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.pt"))
+        raise GBPNError(f"checkpoint {path} is a folder: give the checkpoint file in it"
+                        + (f" ({', '.join(str(path / n) for n in inside[:3])})" if inside else
+                           " (a run's folder holds model.pt)"))
     if not path.is_file():
         raise GBPNError(f"checkpoint {path} does not exist")
     try:
