@@ -84,14 +84,15 @@ def test_add_reverse_index_reorders_edges_once_and_keeps_the_beliefs():
     assert torch.equal(plain.edge_index, ei) and torch.equal(ei[:, plain.rev_index], ei.flip(0))
 
 
-def test_inference_compiles_without_graph_breaks_once_indices_are_precomputed():
+@pytest.mark.parametrize("known", [True, False])  # GBPN and GBPN-I
+def test_inference_compiles_without_graph_breaks_once_indices_are_precomputed(known):
     layer, log_phi, ei, labels, mask = _graph(seed=3)
     data = AddReverseIndex()(Data(edge_index=ei, num_nodes=log_phi.size(0)))
 
-    def infer(log_phi, edge_index, rev_index, labels, mask):
+    def infer(log_phi, edge_index, rev_index, labels=None, mask=None):
         return layer(log_phi, edge_index, rev_index=rev_index, known_labels=labels, known_mask=mask)
 
-    args = (log_phi, data.edge_index, data.rev_index, labels, mask)
+    args = (log_phi, data.edge_index, data.rev_index) + ((labels, mask) if known else ())
     with torch.no_grad():
         explanation = torch._dynamo.explain(infer)(*args)
         assert explanation.graph_break_count == 0, explanation.break_reasons

@@ -11,7 +11,7 @@ from gbpn.nn import GBPN, BeliefPropagation
 from gbpn.nn.functional import log_normalize, reverse_edge_index
 from gbpn.nn.validation import unchecked
 
-from conftest import brute_force_marginals, undirected
+from conftest import FUSED_SKIP, brute_force_marginals, undirected
 
 RING = undirected([(0, 1), (1, 2), (2, 3), (3, 0), (3, 4)])
 
@@ -217,3 +217,75 @@ def test_graph_checks_run_once_per_graph_and_again_after_an_in_place_change(monk
     with pytest.raises(ValueError, match="self-loop"):
         layer(torch.randn(5, 3), ei, rev_index=rev)
     assert len(calls) == 3
+
+
+# found by a PyG user's audit (issue 13) --------------------------------------------------------
+
+@pytest.mark.parametrize("potential", ["mlp", "sign", "gcn", "sage", "gat", "dagnn"])
+def test_node_ids_beyond_the_features_are_refused_before_any_encoder_reads_them(potential):
+    # sign / gcn / sage built their adjacency from the ids unchecked: the process crashed
+    model = GBPN(4, 3, hidden_channels=8, potential=potential).eval()
+    for bad in (9, -1):
+        ei = torch.tensor([[0, 1, 1, bad], [1, 0, bad, 1]])
+        with pytest.raises(ValueError, match=r"outside 0\.\.4 \(x has 5 rows\)"):
+            model(torch.randn(5, 4), ei)
+        with pytest.raises(ValueError, match="outside"):
+            model.precompute(torch.randn(5, 4), ei)
+
+
+def test_labels_outside_the_mask_are_never_read():
+    layer = _layer()
+    log_phi = log_normalize(torch.randn(5, 3))
+    mask = torch.tensor([True, False, True, False, False])
+    labels = torch.tensor([0, 99, 2, -7, 3])  # only the masked ones are labels
+    out = layer(log_phi, RING, known_labels=labels, known_mask=mask)
+    same = layer(log_phi, RING, known_labels=torch.tensor([0, 0, 2, 0, 0]), known_mask=mask)
+    assert torch.equal(out, same)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(num_steps=-1), "num_steps must be >= 0"),
+    (dict(edge_chunk=0), "edge_chunk must be a positive"),
+    (dict(edge_chunk=-1), "edge_chunk must be a positive"),
+])
+@pytest.mark.parametrize("grad", [False, True])
+def test_per_call_counts_are_checked(kw, match, grad):
+    log_phi = log_normalize(torch.randn(5, 3)).requires_grad_(grad)
+    with torch.set_grad_enabled(grad), pytest.raises(ValueError, match=match):
+        _layer()(log_phi, RING, **kw)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(dropout=1.0), "dropout must be in"), (dict(dropout=-0.5), "dropout must be in"),
+    (dict(hidden_channels=0), "hidden_channels must be"), (dict(num_hidden=-1), "num_hidden >= 0"),
+    (dict(tol=-1.0), "tol must be a positive"), (dict(tol=math.nan), "tol must be a positive"),
+    (dict(coupling_init=torch.full((3, 3), math.inf)), "positive finite"),
+])
+def test_model_options_out_of_range_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        GBPN(4, 3, **kw)
+
+
+def test_a_diverged_coupling_is_named_as_such():
+    layer = _layer()
+    with torch.no_grad():
+        layer.coupling.weight[0, 1] = math.nan
+    with pytest.raises(ValueError, match="diverged"):
+        layer(log_normalize(torch.randn(5, 3)), RING)
+
+
+@pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP))
+def test_inference_mode_runs_the_fused_kernels_first_call_and_later():
+    import gbpn.nn.fused as fused
+
+    fused._state.pop(f"numba-{torch.float32}", None)  # the self-test runs again, now inside inference_mode
+    layer = _layer(c=4)
+    log_phi = log_normalize(torch.randn(5, 4))
+    with torch.inference_mode():
+        first = layer(log_phi, RING.clone())
+    assert layer.last_kernel == "fused" and fused._state.get(f"numba-{torch.float32}") is None
+    with torch.no_grad():
+        plain = layer(log_phi, RING)
+    with torch.inference_mode():
+        again = layer(log_phi, RING)  # a graph cached outside inference_mode
+    assert torch.equal(first, plain) and torch.equal(again, plain)

@@ -231,6 +231,8 @@ class BeliefPropagation(nn.Module):
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
         if not 0.0 <= damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping}")
+        if tol is not None and not 0.0 < tol < math.inf:
+            raise ValueError(f"tol must be a positive number (or None: run every step), got {tol}")
         self.num_classes = num_classes
         self.num_steps = num_steps
         self.damping = damping
@@ -278,6 +280,10 @@ class BeliefPropagation(nn.Module):
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
         steps = self.num_steps if num_steps is None else num_steps
+        if steps < 0:
+            raise ValueError(f"num_steps must be >= 0, got {steps}")
+        if edge_chunk is not None and edge_chunk < 1:
+            raise ValueError(f"edge_chunk must be a positive number of edges, got {edge_chunk}")
         src, dst = edge_index[0], edge_index[1]
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
@@ -288,12 +294,13 @@ class BeliefPropagation(nn.Module):
         if not compiling:
             check_coupling_range(log_H, log_self.dtype)
 
-        clamp = None
+        clamp = known_col = None  # (set before pin's closure reads it: dynamo refuses an unset cell)
         if known_mask is not None:
             if known_labels is None:
                 raise ValueError("known_mask given without known_labels")
-            # a [N, c] evidence table and a where(): no data-dependent shapes, so it compiles
-            clamp = clamp_log_potential(known_labels.clamp_min(0), c, log_self.dtype)
+            # a [N, c] evidence table and a where(): no data-dependent shapes, so it compiles; the labels
+            # of nodes outside the mask (-1, or anything) are never read
+            clamp = clamp_log_potential(torch.where(known_mask, known_labels, 0), c, log_self.dtype)
             known_col = known_mask.view(-1, 1)
 
         def pin(log_belief: Tensor) -> Tensor:

@@ -44,8 +44,8 @@ class Coupling(nn.Module):
             init = init if init.is_floating_point() else init.to(torch.get_default_dtype())
             if init.shape != (num_classes, num_classes):
                 raise ValueError(f"init must be {num_classes}x{num_classes}, got {tuple(init.shape)}")
-            if not bool((init > 0).all()) or not torch.allclose(init, init.T):
-                raise ValueError("init must be symmetric with positive entries")
+            if not bool(((init > 0) & torch.isfinite(init)).all()) or not torch.allclose(init, init.T):
+                raise ValueError("init must be symmetric with positive finite entries")
         self._init = None if init is None else init.clone()
         # a float64 init keeps its precision (a float32 weight would round log H before any .double())
         weight = torch.empty(num_classes, num_classes, dtype=None if init is None else init.dtype)

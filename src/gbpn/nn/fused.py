@@ -57,7 +57,8 @@ def self_tested(key: str, self_test: Callable[[], None], what: str) -> Optional[
     """``None`` once ``self_test()`` has passed for ``key``, else why it failed (warned once per key)."""
     if key not in _state:
         try:
-            self_test()
+            with torch.inference_mode(False):  # it trains: a first call under inference_mode must not fail it
+                self_test()
             _state[key] = None
         except Exception as exc:  # a missing package, or a compile / runtime failure: fall back, say so once
             reason = f"{what} unavailable ({type(exc).__name__}: {exc}); using the eager path"

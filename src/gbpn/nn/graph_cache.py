@@ -28,7 +28,10 @@ class GraphCache:
 
     def get(self, tensors: Sequence[Optional[Tensor]], key: Hashable, build: Callable[[], T]) -> T:
         """``build()``'s result for these tensors (``None`` allowed) and ``key``, built on a miss.
-        An exception in ``build`` caches nothing."""
+        An exception in ``build`` caches nothing, nor does a call with an inference tensor (made under
+        ``torch.inference_mode``, which keeps no version to tell an in-place change by)."""
+        if any(t is not None and t.is_inference() for t in tensors):
+            return build()
         for stamp, k, value in self._entries:
             if k == key and len(stamp) == len(tensors) and all(
                     (t is None and ref is None) or (t is not None and ref is not None and ref() is t

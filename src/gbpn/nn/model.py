@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from gbpn.nn.adjacency import to_edge_index
 from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.validation import check_node_ids
 
 
 def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tuple[Tensor, float]:
@@ -54,6 +55,14 @@ class _ReLUDropout(torch.autograd.Function):
         return grad * mask, None
 
 
+def check_sizes(hidden_channels: int, num_hidden: int, dropout: float) -> None:
+    """``ValueError`` for a width or depth below what a network can have, or a dropout outside [0, 1)."""
+    if hidden_channels < 1 or num_hidden < 0:
+        raise ValueError(f"hidden_channels must be >= 1 and num_hidden >= 0, got {hidden_channels} and {num_hidden}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+
+
 def relu_dropout(h: Tensor, p: float, training: bool) -> Tensor:
     if not training or p == 0.0:
         return F.relu(h)
@@ -85,6 +94,7 @@ class MLP(nn.Module):
         super().__init__()
         if precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+        check_sizes(hidden_channels, num_hidden, dropout)
         self.in_channels, self.hidden_channels, self.out_channels = in_channels, hidden_channels, out_channels
         self.num_hidden = num_hidden
         self.dropout = dropout
@@ -178,6 +188,7 @@ class GBPN(nn.Module):
         from gbpn.nn.encoders import build_encoder  # encoders build on this module's MLP
 
         super().__init__()
+        check_sizes(hidden_channels, num_hidden, dropout)
         self.in_channels = in_channels
         self.num_classes = num_classes
         self.potential = potential
@@ -205,12 +216,16 @@ class GBPN(nn.Module):
         """What the encoder reads for this graph, computed once: ``x`` itself for the MLP,
         the propagated features for ``sign``, ``x`` with a CSR adjacency for the GNNs. Pass
         it as ``x`` to :meth:`forward` and :meth:`self_potential` to skip the work per call."""
-        return self.encoder.precompute(x, to_edge_index(edge_index)[0])
+        edge_index = to_edge_index(edge_index)[0]
+        check_node_ids(edge_index, x.size(0))
+        return self.encoder.precompute(x, edge_index)
 
     def self_potential(self, x, edge_index: Optional[Tensor] = None) -> Tensor:
         """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
         features for the MLP; from its neighbourhood as well for the graph encoders)."""
         edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
+        if edge_index is not None and isinstance(x, Tensor):  # raw features (a precompute()d input was checked)
+            check_node_ids(edge_index, x.size(0))
         return F.log_softmax(self.encoder(x, edge_index), dim=-1)
 
     def forward(

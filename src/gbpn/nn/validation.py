@@ -56,6 +56,19 @@ def _check_ids(name: str, index: Tensor, num_nodes: int) -> None:
                          "(torch_geometric.utils.remove_self_loops) and put a node's own evidence in log_self")
 
 
+def check_node_ids(edge_index: Tensor, num_nodes: int) -> None:
+    """``ValueError`` unless ``edge_index`` is an integer ``[2, E]`` tensor of ids in ``0..num_nodes-1``:
+    for the encoders, which index their adjacency with the ids before BP's own checks run (an id
+    past the features' rows would write outside their buffers)."""
+    if not _enabled or torch.compiler.is_compiling():
+        return
+    index = edge_index
+    if index.dim() != 2 or index.size(0) != 2 or index.is_floating_point() or index.dtype == torch.bool:
+        raise ValueError(f"edge_index must be an integer tensor of shape [2, E], got {index.dtype} {tuple(index.shape)}")
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
+        raise ValueError(f"edge_index refers to nodes outside 0..{num_nodes - 1} (x has {num_nodes} rows)")
+
+
 def _check_graph(edge_index: Tensor, rev_index: Optional[Tensor], num_nodes: int) -> bool:
     _check_ids("edge_index", edge_index, num_nodes)
     num_edges = edge_index.size(1)
@@ -158,7 +171,11 @@ def check_coupling_range(log_H: Tensor, dtype: torch.dtype) -> None:
     limit = MAX_LOG_H_SPREAD.get(dtype)
     if limit is None or log_H.numel() == 0:
         return
+    if not bool(torch.isfinite(log_H.detach()).all()):
+        raise ValueError("the coupling H holds NaN, inf or 0 (log H not finite): if training made it so, it diverged "
+                         "(lower the learning rate, coupling_lr in gbpn.training); a coupling_init must be positive "
+                         "and finite")
     spread = float(log_H.detach().max() - log_H.detach().min())
-    if not spread <= limit:  # NaN included
+    if not spread <= limit:
         raise ValueError(f"log H spans {spread:.1f} (max - min), beyond the {limit:.0f} that {dtype} messages "
                          "compute exactly; run BP in float64 (.double()) or keep the coupling milder")
