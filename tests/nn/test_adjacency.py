@@ -137,3 +137,35 @@ def test_gbpn_inference_compiles_without_graph_breaks(potential, options):
     with torch.no_grad():
         explanation = torch._dynamo.explain(infer)(inputs, data.edge_index, data.rev_index, labels, mask)
     assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+@pytest.mark.filterwarnings("ignore:Sparse")  # ToSparseTensor's CSR
+def test_reverse_index_survives_batching_and_subgraphs():
+    import pickle
+
+    from torch_geometric.data import Batch
+    from torch_geometric.loader import DataLoader
+
+    from gbpn.transforms import ReverseIndexData
+
+    layer, log_phi, ei, _, _ = _graph(seed=6)
+    graphs = [AddReverseIndex()(Data(edge_index=ei, num_nodes=30, x=log_phi)),
+              AddReverseIndex()(Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=5, x=log_phi[:5]))]
+    assert all(type(g) is ReverseIndexData for g in graphs)
+    batch = next(iter(DataLoader(graphs, batch_size=2)))
+    assert torch.equal(batch.rev_index, Batch.from_data_list(graphs).rev_index)
+    # the batch's beliefs are the graphs' own, with the batched rev_index accepted as it is
+    torch.testing.assert_close(layer(batch.x, batch.edge_index, rev_index=batch.rev_index),
+                               torch.cat([layer(g.x, g.edge_index, rev_index=g.rev_index) for g in graphs]))
+    sub = graphs[0].subgraph(torch.arange(20))
+    torch.testing.assert_close(layer(sub.x, sub.edge_index, rev_index=sub.rev_index), layer(sub.x, sub.edge_index))
+    keep = torch.zeros(ei.size(1), dtype=torch.bool)
+    keep[0] = True  # one direction of one edge: no reverse index exists
+    assert "rev_index" not in graphs[0].edge_subgraph(keep)
+    assert type(pickle.loads(pickle.dumps(graphs[0]))) is ReverseIndexData
+    with pytest.raises(ValueError, match="apply AddReverseIndex before it"):
+        AddReverseIndex()(T.ToSparseTensor()(Data(edge_index=ei, num_nodes=30)))
+    with pytest.raises(ValueError, match="a plain Data's rev_index is offset as a node index"):
+        plain = Data(edge_index=graphs[0].edge_index, rev_index=graphs[0].rev_index, num_nodes=30, x=log_phi)
+        wrong = Batch.from_data_list([plain, plain])
+        layer(wrong.x, wrong.edge_index, rev_index=wrong.rev_index)

@@ -8,6 +8,7 @@ from torch_geometric.utils import remove_self_loops, to_undirected
 
 from gbpn.errors import GBPNError
 from gbpn.nn.functional import reverse_edge_index
+from gbpn.transforms import attach_reverse_index
 
 
 def clean_graph(data: Data) -> Data:
@@ -27,8 +28,7 @@ def clean_graph(data: Data) -> Data:
     else:
         edge_index = to_undirected(edge_index, num_nodes=data.num_nodes)
     data.edge_index = edge_index
-    data.rev_index = reverse_edge_index(edge_index, data.num_nodes)
-    return data
+    return attach_reverse_index(data, reverse_edge_index(edge_index, data.num_nodes))
 
 
 def degree(edge_index: Tensor, num_nodes: int) -> Tensor:

@@ -79,8 +79,10 @@ def _check_graph(edge_index: Tensor, rev_index: Optional[Tensor], num_nodes: int
         if num_edges and (int(rev_index.min()) < 0 or int(rev_index.max()) >= num_edges
                           or not torch.equal(src.index_select(0, rev_index), dst)
                           or not torch.equal(dst.index_select(0, rev_index), src)):
-            raise ValueError("rev_index does not pair every edge (i, j) with its reverse (j, i); "
-                             "compute it with gbpn.nn.functional.reverse_edge_index")
+            raise ValueError("rev_index does not pair every edge (i, j) with its reverse (j, i); compute it with "
+                             "gbpn.nn.functional.reverse_edge_index, or attach it with gbpn.transforms.AddReverseIndex "
+                             "as the last transform (a plain Data's rev_index is offset as a node index when batched, "
+                             "and not renumbered by subgraph)")
     return True
 
 
