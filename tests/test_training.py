@@ -201,3 +201,25 @@ def test_implicit_training_composes_with_a_neighbourhood_potential():
     res = fit(data, TrainConfig(epochs=6, hidden=16, backward="implicit", max_steps=60, potential="sign"), seed=0)
     assert res.metrics["potential"] == "sign" and res.metrics["implicit_forward_converged_frac"] == 1.0
     assert res.model.bp.implicit_stats.backward_calls == 6
+
+
+def test_fit_takes_a_plain_pyg_data_and_predict_chunks_what_it_can():
+    from torch_geometric.data import Data
+
+    from gbpn import GBPN
+    from gbpn.data.graph import as_training_graph
+
+    g = torch.Generator().manual_seed(0)
+    n = 40
+    ei = torch.randint(0, n, (2, 120), generator=g)  # directed, with self-loops and duplicates
+    data = Data(x=torch.randn(n, 4, generator=g), edge_index=ei, y=torch.randint(0, 3, (n,), generator=g))
+    res = fit(data, TrainConfig(epochs=2, hidden=8))
+    assert res.model.num_classes == 3 and "rev_index" not in data  # the caller's Data is left as it was
+    graph = as_training_graph(data)
+    assert as_training_graph(graph) is graph
+    for potential in ("mlp", "dagnn", "linkx"):  # graph encoders ignore node_chunk instead of failing
+        model = GBPN(4, 3, hidden_channels=8, potential=potential,
+                     potential_options={"num_nodes": n} if potential == "linkx" else None)
+        torch.testing.assert_close(predict(model, graph, node_chunk=7), predict(model, graph))
+    with pytest.raises(GBPNError, match="needs node labels"):
+        fit(Data(x=torch.randn(5, 2), edge_index=torch.zeros(2, 0, dtype=torch.long)), TrainConfig(epochs=1))

@@ -19,10 +19,12 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from gbpn.config import TrainConfig, default_dropout, resolve_device
+from gbpn.data.graph import as_training_graph
 from gbpn.data.splits import random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.metrics import default_metric, f1_with_val_threshold, score
+from gbpn.nn.encoders import GraphInput
 from gbpn.nn.model import GBPN
 from gbpn.objective import (
     balanced_class_weight,
@@ -158,7 +160,8 @@ def predict(
     """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
     Runs on the model's device (inputs are moved there) and returns the beliefs there.
 
-    ``node_chunk`` computes the self-potentials that many nodes at a time and ``edge_chunk``
+    ``node_chunk`` computes the self-potentials that many nodes at a time (a graph encoder's,
+    ``gcn``, ``sage``, ``gat``, ``dagnn`` or ``linkx``, on the whole graph at once) and ``edge_chunk``
     the BP messages that many edges at a time, so a large graph's inference needs the
     ``[E, c]`` messages but never the MLP's ``[N, hidden]`` activations or ``[E, c]`` temporaries
     for the whole graph at once.
@@ -175,7 +178,7 @@ def predict(
     data = data.to(device)  # no copy when it is there already
     x = model.precompute(prepare_features(data.x).to(device), data.edge_index) if x is None else x.to(device)
     known_mask = None if known_mask is None else known_mask.to(device)
-    if node_chunk is None or model.potential in ("gcn", "sage", "gat"):  # a GNN's potential needs the whole graph
+    if node_chunk is None or isinstance(x, GraphInput):  # a GNN's potential needs the whole graph
         log_self = model.self_potential(x, data.edge_index)
     else:
         log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)),
@@ -332,7 +335,8 @@ def fit(
     GBPN-I (inductive): features only, loss on all training nodes.
 
     Args:
-        data: a cleaned graph from :func:`gbpn.data.load_dataset`.
+        data: a graph from :func:`gbpn.data.load_dataset`, or any PyG ``Data`` with ``x`` and ``y``
+            (checked and cleaned first: :func:`gbpn.data.graph.as_training_graph`).
         config: hyper-parameters.
         seed: seeds the split (unless ``masks`` is given), the initialisation,
             dropout and the half-sampling.
@@ -346,6 +350,7 @@ def fit(
     config.validate()
     if rank_and_world()[1] > 1:
         check_data_parallel(config)
+    data = as_training_graph(data)
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
     if config.metric == "auto":

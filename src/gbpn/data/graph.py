@@ -31,6 +31,22 @@ def clean_graph(data: Data) -> Data:
     return attach_reverse_index(data, reverse_edge_index(edge_index, data.num_nodes))
 
 
+def as_training_graph(data: Data) -> Data:
+    """``data`` as training reads it: as it is when it came from :func:`gbpn.data.load_dataset`
+    (it has ``num_classes`` and ``rev_index``), else a checked (:func:`validate_data`) and cleaned
+    (:func:`clean_graph`) copy, with ``num_classes`` from its labels where not given; so a PyG
+    data set's ``Data`` trains as it is."""
+    if "rev_index" in data and "num_classes" in data:
+        return data
+    if getattr(data, "y", None) is None:
+        raise GBPNError("training needs node labels in data.y (-1 for unlabelled nodes)")
+    data = data.clone()
+    if "num_classes" not in data:
+        data.num_classes = int(data.y.max()) + 1 if data.y.numel() else 0
+    validate_data(data)
+    return clean_graph(data)
+
+
 def degree(edge_index: Tensor, num_nodes: int) -> Tensor:
     """Number of distinct neighbours of every node in a cleaned graph."""
     return torch.bincount(edge_index[1], minlength=num_nodes)
