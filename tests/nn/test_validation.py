@@ -289,3 +289,10 @@ def test_inference_mode_runs_the_fused_kernels_first_call_and_later():
     with torch.inference_mode():
         again = layer(log_phi, RING)  # a graph cached outside inference_mode
     assert torch.equal(first, plain) and torch.equal(again, plain)
+
+
+def test_a_misspelt_encoder_option_is_named():
+    from gbpn.errors import GBPNError
+
+    with pytest.raises(GBPNError, match="the sign potential takes hops, separate; got hop"):
+        GBPN(4, 3, potential="sign", potential_options={"hop": 3})

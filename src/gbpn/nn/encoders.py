@@ -462,6 +462,11 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
         return MLPEncoder(in_channels, hidden_channels, num_classes, num_hidden, dropout, precision)
     if precision != "fp32":
         raise GBPNError(f"--precision {precision} is implemented for the mlp potential only")
+    allowed = {"sign": {"hops", "separate"}, "dagnn": {"K"}, "linkx": {"num_nodes"}}.get(
+        potential, {"num_layers", "residual", "layer_norm", "separate", "heads"})
+    if potential in ENCODERS and set(options) - allowed:
+        raise GBPNError(f"the {potential} potential takes {', '.join(sorted(allowed))}; got "
+                        f"{', '.join(sorted(set(options) - allowed))}")
     if potential == "sign":
         return SIGNEncoder(in_channels, num_classes, hidden_channels, num_hidden, dropout, **options)
     if potential in ("gcn", "sage", "gat"):

@@ -135,7 +135,8 @@ class GBPN(nn.Module):
     with :class:`~gbpn.nn.bp.BeliefPropagation` for :math:`\mathrm{BP}_K` and a potential
     encoder :math:`f_\theta` from :mod:`gbpn.nn.encoders`: the paper's MLP on each node's
     own features (``potential="mlp"``, the default), propagated features (``"sign"``) or a
-    GNN (``"gcn"``, ``"sage"``, ``"gat"``). The same module serves both variants:
+    GNN (``"gcn"``, ``"sage"``, ``"gat"``, ``"dagnn"``, ``"linkx"``). The same module serves both
+    variants:
 
     * **GBPN-I** (inductive): call without ``known_labels``; it uses features
       only and runs on graphs it was not trained on.
