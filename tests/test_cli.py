@@ -289,6 +289,10 @@ def test_config_reruns_a_recorded_run_exactly(tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--epochs", "3", "-K", "2",
                  "--output", str(tmp_path / "c"), "-q"]) == 2
     assert "--epochs, --steps would be ignored" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    # typed at its default value, an option is still one --config would ignore
+    assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--seed", "0", "--epochs", "500",
+                 "--output", str(tmp_path / "c"), "-q"]) == 2
+    assert "--epochs, --seed would be ignored" in capsys.readouterr().err
 
 
 def test_one_trial_reports_no_spread(tmp_path, capsys):

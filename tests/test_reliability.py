@@ -211,6 +211,7 @@ def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     (["sample-mrf", "--kind", "ising+", "--size", "5", "--coupling", "1", "nan", "nan", "1"], "positive finite"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--fanouts", "1", "2"], "not both"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "7"], "--epochs: only for the --fanouts study"),
+    (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "100"], "--epochs: only for the --fanouts study"),
     # a grid's nodes have at most 4 neighbours: a fanout of 5 samples nothing
     (["analyze", "sampling", "--fanout", "5", "--epochs", "1"], "give a fanout below 4"),
 ])

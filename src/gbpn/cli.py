@@ -340,19 +340,38 @@ def _recorded_run(path: str) -> tuple:
 
 
 # what --config leaves to the command line: where to write and read, how many threads, what to keep
-_CONFIG_KEEPS = {"command", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet", "verbose"}
+_CONFIG_KEEPS = {"command", "argv", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet", "verbose"}
+
+
+def _parsers(parser: argparse.ArgumentParser):
+    """``parser`` and every subcommand's parser under it."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def typed_options(argv: List[str]) -> set:
+    """The argparse dests of the options written on the command line ``argv``, whatever their values
+    (one typed with its default value included): the command parsed with every default suppressed."""
+    parser = build_parser()
+    for p in _parsers(parser):
+        for action in p._actions:
+            if action.option_strings:
+                action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
 
 
 def _given_options(args: argparse.Namespace, command: List[str], names) -> List[str]:
-    """The flags among ``names`` (argparse dests) whose values differ from the defaults of ``command``
-    (e.g. ``["analyze", "degree"]``): the options a user set."""
-    parser = build_parser()
-    defaults = vars(parser.parse_args(command))
-    sub = parser
+    """The flags among ``names`` (argparse dests) written on the command line of ``command`` (e.g.
+    ``["analyze", "degree"]``): the options a user set, to any value."""
+    sub = build_parser()
     for word in command:  # the subcommand's own parser names its flags
         sub = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
     flag = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings}
-    return [flag.get(k, k) for k in sorted(names) if getattr(args, k) != defaults.get(k)]
+    typed = typed_options(args.argv)
+    return [flag.get(k, k) for k in sorted(names) if k in typed]
 
 
 def _refuse_overrides(args: argparse.Namespace) -> None:
@@ -796,7 +815,9 @@ DISTRIBUTED_COMMANDS = ("train", "predict")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # what was typed: some checks ask which options were given, whatever their values
     if distributed.launched():
         return _main_distributed(args)
     return _run(args)
