@@ -226,3 +226,11 @@ def test_every_analysis_that_computes_takes_threads():
     for analysis in ("convergence", "degree", "sampling", "identifiability"):
         extra = ["--checkpoint", "x.pt"] if analysis == "convergence" else []
         assert build_parser().parse_args(["analyze", analysis, *extra, "--threads", "1"]).threads == 1
+
+
+def test_roc_auc_on_more_than_two_classes_is_refused_before_writing(graph, tmp_path, capsys):
+    assert _train(["--dataset", str(graph), "--metric", "roc_auc"], tmp_path / "t") == 2
+    assert "defined here for two classes" in capsys.readouterr().err and not (tmp_path / "t").exists()
+    assert main(["benchmark", "--models", "mlp", "--datasets", str(graph), "--metric", "roc_auc", "--trials", "1",
+                 "--epochs", "1", "-q", "--output", str(tmp_path / "b")]) == 2
+    assert "defined here for two classes" in capsys.readouterr().err and not (tmp_path / "b").exists()

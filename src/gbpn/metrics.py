@@ -5,6 +5,8 @@ from typing import Dict
 
 from torch import Tensor
 
+from gbpn.errors import GBPNError
+
 
 def f1_with_val_threshold(log_belief: Tensor, y: Tensor, val_mask: Tensor, test_mask: Tensor,
                           positive: int = 1) -> Dict[str, float]:
@@ -57,6 +59,14 @@ def roc_auc(log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
 def score(metric: str, log_belief: Tensor, y: Tensor, mask: Tensor) -> float:
     """``metric`` (one of :data:`METRICS`) of ``log_belief`` on the nodes in ``mask``."""
     return {"accuracy": accuracy, "macro_f1": macro_f1, "roc_auc": roc_auc}[metric](log_belief, y, mask)
+
+
+def check_metric(metric: str, num_classes: int, dataset: str = "the graph") -> None:
+    """:class:`GBPNError` when ``metric`` is not defined for ``num_classes`` classes (ROC AUC here
+    needs two)."""
+    if metric == "roc_auc" and num_classes != 2:
+        raise GBPNError(f"--metric roc_auc is defined here for two classes; {dataset} has {num_classes}: choose "
+                        "accuracy, macro_f1 or auto")
 
 
 def default_metric(y: Tensor, num_classes: int, mask: Tensor = None) -> str:

@@ -23,7 +23,7 @@ from gbpn.data.graph import as_training_graph
 from gbpn.data.splits import random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.metrics import default_metric, f1_with_val_threshold, score
+from gbpn.metrics import check_metric, default_metric, f1_with_val_threshold, score
 from gbpn.nn.encoders import GraphInput
 from gbpn.nn.model import GBPN
 from gbpn.objective import (
@@ -353,6 +353,7 @@ def fit(
     data = as_training_graph(data)
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
+    check_metric(config.metric, int(data.num_classes))
     if config.metric == "auto":
         config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0]))
     if config.potential != "auto":

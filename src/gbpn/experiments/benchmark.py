@@ -31,7 +31,7 @@ from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, read_json, versions, write_json, write_predictions
-from gbpn.metrics import default_metric
+from gbpn.metrics import check_metric, default_metric
 from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_by_validation
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
@@ -289,6 +289,7 @@ def run_grid(
             try:
                 loaded.clear()
                 loaded[d] = load_dataset(source[d], data_dir)
+                check_metric(metric, int(loaded[d].num_classes), repr(d))
             except DatasetNotFoundError as err:
                 log(f"skipping {d}: {err}")
                 skipped.add(d)

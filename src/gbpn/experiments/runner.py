@@ -28,6 +28,7 @@ from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json, write_predictions
+from gbpn.metrics import check_metric
 from gbpn.training import fit, model_args, predict
 
 logger = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ def run_trials(
             raise GBPNError(f"no labels file found in {dataset} (expected labels.csv or labels.npy, one class id "
                             "per node, -1 where unknown)")
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
+    check_metric(config.metric, int(data.num_classes), repr(dataset))
     seen = data.y[data.y >= 0].unique()
     if seen.numel() < 2:  # accuracy would be 100% by construction
         raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
