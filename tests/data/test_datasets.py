@@ -263,3 +263,23 @@ def test_pyg_and_ogb_messages_go_through_logging(capsys, caplog):
     assert out.out == "" and out.err == ""
     assert [r.getMessage() for r in caplog.records] == ["Processing...", "Downloading https://example.org/x.zip",
                                                         "Done!"]
+
+
+def test_an_unwritable_cache_for_a_read_only_data_folder_is_a_user_error(tmp_path, monkeypatch):
+    from gbpn.data.datasets import _writable_copy
+    from gbpn.errors import GBPNError
+
+    root = tmp_path / "data"
+    (root / "planetoid" / "Cora" / "raw").mkdir(parents=True)
+    (root / "planetoid" / "Cora" / "raw" / "ind.cora.x").write_text("x")
+    root.chmod(0o555)  # read-only, as a shared data folder
+    try:
+        (tmp_path / "file").write_text("")
+        monkeypatch.setenv("GBPN_CACHE", str(tmp_path / "file"))
+        with pytest.raises(GBPNError, match="set GBPN_CACHE to a writable folder"):
+            _writable_copy(root, "planetoid/Cora")
+        monkeypatch.setenv("GBPN_CACHE", str(tmp_path / "cache"))
+        copy = _writable_copy(root, "planetoid/Cora")
+        assert (copy / "planetoid" / "Cora" / "raw" / "ind.cora.x").read_text() == "x"
+    finally:
+        root.chmod(0o755)

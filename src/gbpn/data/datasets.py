@@ -102,15 +102,21 @@ def _writable_copy(root: Path, sub: str, whole: bool = False) -> Path:
         return root
     target = cache_root() / "pyg" / root.resolve().as_posix().strip("/").replace("/", "_")
     src = root / sub
-    if src.is_dir():
-        for folder in [src] if whole else src.rglob("raw"):
-            dest = target / folder.relative_to(root)
-            if not dest.exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(dest.name + ".partial")
-                shutil.rmtree(tmp, ignore_errors=True)
-                shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns("processed"))
-                os.replace(tmp, dest)  # a half-finished copy never looks complete
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            for folder in [src] if whole else src.rglob("raw"):
+                dest = target / folder.relative_to(root)
+                if not dest.exists():
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = dest.with_name(dest.name + ".partial")
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    shutil.copytree(folder, tmp, ignore=shutil.ignore_patterns("processed"))
+                    os.replace(tmp, dest)  # a half-finished copy never looks complete
+    except OSError as err:
+        raise GBPNError(f"{root} is read-only, so its raw files are copied to the cache {cache_root()}, which cannot "
+                        f"be written ({err.strerror or err}: {err.filename or target}); set GBPN_CACHE to a writable "
+                        "folder") from None
     return target
 
 
