@@ -408,3 +408,11 @@ def test_per_rank_parts_keep_a_csv_suffix():
 
     assert _rank_output("out/p.csv", 1, 2) == "out/p.rank1-of-2.csv"
     assert _rank_output("out/p", 0, 2) == "out/p.rank0-of-2.csv"
+
+
+def test_a_folder_given_for_a_file_output_gets_the_file_inside(trained, tmp_path, capsys):
+    ckpt = str(trained / "model.pt")
+    assert run(["predict", "--checkpoint", ckpt, "--output", str(tmp_path / "p") + "/"], capsys)[0] == 0
+    assert (tmp_path / "p" / "predictions.csv").is_file()
+    code, _, err = run(["explain", "--checkpoint", ckpt, "--node", "3", "--json", str(tmp_path / "p")], capsys)
+    assert code == 0 and (tmp_path / "p" / "explain-node3.json").is_file()

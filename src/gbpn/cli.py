@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: no gather on rank 0; every rank writes its own nodes' rows (node = the "
                         "graph's node id) to the output name with .rankR-of-W before its suffix, for graphs whose "
                         "N x classes probabilities do not fit on one rank")
-    p.add_argument("--output", default=None, help="CSV to write (default: predictions.csv beside the checkpoint)")
+    p.add_argument("--output", default=None, help="CSV to write (a folder: predictions.csv in it; default: predictions.csv beside the "
+                        "checkpoint)")
 
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
     b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
@@ -304,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_args(e)
     e.add_argument("--node", type=NON_NEGATIVE, required=True, help="node id (0-based)")
     e.add_argument("--top", type=POSITIVE, default=10, help="neighbours to list (default: 10)")
-    e.add_argument("--json", default=None, help="also write the full explanation as JSON here")
+    e.add_argument("--json", default=None, help="also write the full explanation as JSON to this file (a folder: "
+                                                "explain-node<N>.json in it)")
 
     c = sub.add_parser("coupling", parents=common, help="print the learned coupling H; heatmap (PNG, SVG) and CSV")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
@@ -482,6 +484,14 @@ def _same_source(dataset: str, source: dict, meta: dict) -> bool:
     return dataset.lower() == recorded.lower()
 
 
+def _file_in(path: Optional[str], name: str) -> Optional[str]:
+    """A file option's value, or ``name`` inside it when it names a folder (an existing one, or one
+    written with a trailing slash)."""
+    if path and (path.endswith(("/", os.sep)) or os.path.isdir(path)):
+        return os.path.join(path, name)
+    return path
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
     from gbpn.training import predict
@@ -491,7 +501,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
             raise GBPNError(f"{flag} is for partitioned inference over the ranks of torchrun (2 or more): launch "
                             "with torchrun, or leave it out")
     model, meta, data, _, mask, known = _checkpoint_and_data(args)
-    output = args.output or str(Path(args.checkpoint).with_name("predictions.csv"))
+    output = _file_in(args.output, "predictions.csv") or str(Path(args.checkpoint).with_name("predictions.csv"))
     if rank_and_world()[1] > 1:
         return _partitioned_predict(args, model, meta, data, mask, known, output)
     model.to(resolve_device(args.device))
@@ -783,7 +793,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     model, meta, data, _, mask, _ = _checkpoint_and_data(args)
     ex = explain_node(model, data, args.node, mask, meta.get("class_names"))
     if args.json:  # first: an unwritable path fails before anything is printed
+        args.json = _file_in(args.json, f"explain-node{args.node}.json")
         write_json(args.json, ex)
+        logger.info(f"wrote the explanation to {args.json}")
     print(format_explanation(ex, args.top))
     return 0
 
