@@ -212,6 +212,9 @@ def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     (["analyze", "degree", "--checkpoint", "x.pt", "--fanouts", "1", "2"], "not both"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "7"], "--epochs: only for the --fanouts study"),
     (["analyze", "degree", "--checkpoint", "x.pt", "--epochs", "100"], "--epochs: only for the --fanouts study"),
+    (["benchmark", "--preset", "table2", "--trials", "1", "--models", "gbpn"], "--models, --trials would be ignored"),
+    (["benchmark", "--models", "mlp", "--datasets", "cora", "--quick", "--epochs", "100"],
+     "--epochs would be ignored"),
     # a grid's nodes have at most 4 neighbours: a fanout of 5 samples nothing
     (["analyze", "sampling", "--fanout", "5", "--epochs", "1"], "give a fanout below 4"),
 ])
@@ -234,3 +237,30 @@ def test_roc_auc_on_more_than_two_classes_is_refused_before_writing(graph, tmp_p
     assert main(["benchmark", "--models", "mlp", "--datasets", str(graph), "--metric", "roc_auc", "--trials", "1",
                  "--epochs", "1", "-q", "--output", str(tmp_path / "b")]) == 2
     assert "defined here for two classes" in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+def test_a_home_folder_data_set_names_its_run_by_the_folder(graph, tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    _folder(home / "myg", [0, 1, 2])
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--dataset", "~/myg", "--epochs", "1", "--hidden", "8", "-q"]) == 0
+    assert (tmp_path / "runs" / "myg-gbpn-seed0" / "metrics.json").is_file() and not (tmp_path / "runs" / "~").exists()
+
+
+def test_save_options_added_to_a_finished_run_say_they_change_nothing(graph, tmp_path, capsys):
+    assert _train(["--dataset", str(graph)], tmp_path / "t") == 0
+    capsys.readouterr()
+    assert _train(["--dataset", str(graph), "--save-trials"], tmp_path / "t") == 0
+    assert "finished earlier without it" in capsys.readouterr().err
+    assert _benchmark([str(graph)], tmp_path / "b") == 0
+    capsys.readouterr()
+    assert main(["benchmark", "--models", "gbpn", "--datasets", str(graph), "--trials", "1", "--epochs", "2", "-q",
+                 "--save-predictions", "--output", str(tmp_path / "b")]) == 0
+    assert "finished earlier without it" in capsys.readouterr().err
+
+
+def test_identifiability_kinds_are_checked_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["analyze", "identifiability", "--kinds", "ising+", "ising"])
+    assert exit_.value.code == 2 and "invalid choice: 'ising'" in capsys.readouterr().err

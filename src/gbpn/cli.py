@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--epochs", type=int, default=500, help="full-batch training steps (default: 500)")
     t.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     t.add_argument("--patience", type=int, default=None,
-                   help="stop after this many epochs without a better validation accuracy (default: run all epochs)")
+                   help="stop after this many epochs without a better validation score (of --metric; default: run "
+                        "all epochs)")
     t.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate (default: 1e-3)")
     t.add_argument("--coupling-lr", type=float, default=1e-2, help="learning rate of the coupling H (default: 1e-2)")
     t.add_argument("--weight-decay", type=float, default=2.5e-4, help="AdamW weight decay (default: 2.5e-4)")
@@ -173,7 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trials", type=POSITIVE, default=1, help="trials, each with its own seed and split (default: 1)")
     t.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
     t.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
-    t.add_argument("--output", default=None, help="run folder (default: runs/<dataset>-<variant>-seed<seed>)")
+    t.add_argument("--output", default=None,
+                   help="run folder (default: runs/<dataset>-<variant>-seed<seed>, with -<potential> after the "
+                        "variant for a potential other than mlp)")
     t.add_argument("--save-trials", action="store_true",
                    help="keep every trial's checkpoint (checkpoints/trial_K.pt) and class probabilities of every "
                         "node (predictions/trial_K.csv), not only the best trial's model.pt")
@@ -216,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     b.add_argument("--epochs", type=POSITIVE, default=500, help="free grid: training steps (default: 500)")
     b.add_argument("--patience", type=POSITIVE, default=None,
-                   help="free grid: stop a run after this many epochs without a better validation accuracy")
+                   help="free grid: stop a run after this many epochs without a better validation score (of "
+                        "--metric)")
     b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
     b.add_argument("--dropout", type=float, default=None,
                    help="free grid: dropout of every model (default: the paper's rule by features per training "
@@ -234,7 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "baselines")
     b.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     b.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
-    b.add_argument("--output", default=None, help="output folder (default: runs/benchmark-<preset>)")
+    b.add_argument("--output", default=None,
+                   help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
+                        "runs/benchmark)")
     b.add_argument("--table-only", action="store_true",
                    help="rebuild results.csv and table.md from the finished runs in --output, training nothing; "
                         "the grid (models, data sets, trials, options) is read from its config.json unless "
@@ -271,8 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     ad.add_argument("--checkpoint", default=None, help="model.pt written by gbpn train (confidence by degree)")
     ad.add_argument("--dataset", default=None,
                     help=f"dataset name or folder (default: the checkpoint's; with --fanouts: {DEFAULT_DATASET})")
-    ad.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    ad.add_argument("--sample", type=int, default=None, help="label sample of a synthetic grid, 0..9 (default: 0)")
+    ad.add_argument("--data-dir", default=None,
+                    help="folder with the raw data (default: the checkpoint's, else $GBPN_DATA, else "
+                         "~/.cache/gbpn/data)")
+    ad.add_argument("--sample", type=int, default=None,
+                    help="label sample of a synthetic grid, 0..9 (default: the checkpoint's; with --fanouts: 0)")
     _add_header_args(ad)
     ad.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto", help=KNOWN_HELP)
     ad.add_argument("--fanouts", type=int, nargs="+", default=None,
@@ -294,9 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     ai = asub.add_parser("identifiability", parents=common,
                          help="learn H on grids sampled with a known H and compare (Figure 3)")
     ai.add_argument("--kinds", nargs="+", default=["ising+", "ising-", "mrf+", "mrf-"],
+                    choices=["ising+", "ising-", "mrf+", "mrf-"],
                     help="grid kinds to sample and learn (default: ising+ ising- mrf+ mrf-)")
     ai.add_argument("--epochs", type=int, default=500, help="training epochs per grid (default: 500)")
-    ai.add_argument("--seed", type=int, default=0, help="seed of the samplers and the training (default: 0)")
+    ai.add_argument("--seed", type=int, default=0,
+                    help="seed of the split and the training; the grids are the fixed synth-<kind> data sets "
+                         "(default: 0)")
     ai.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     ai.add_argument("--output", default="runs/identifiability", help="folder (default: runs/identifiability)")
 
@@ -384,6 +396,12 @@ def _refuse_overrides(args: argparse.Namespace) -> None:
                         "ignored: leave them out, or train without --config to change them")
 
 
+def _dataset_name(dataset: str) -> str:
+    """How a run names its data set: a folder by its last component (``~`` expanded), a name as it is."""
+    path = Path(os.path.abspath(os.path.expanduser(dataset)))
+    return path.name if path.is_dir() else dataset
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from gbpn.config import TrainConfig
     from gbpn.experiments.runner import run_trials
@@ -409,7 +427,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from gbpn.training import check_data_parallel
 
         check_data_parallel(config)
-    name = Path(dataset).name if os.path.isdir(dataset) else dataset
+    name = _dataset_name(dataset)
     potential = "" if config.potential == "mlp" else f"-{config.potential}"
     output = args.output or f"runs/{name}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=not args.quiet,
@@ -610,6 +628,13 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
     log = logger.info
+    free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size")
+    if args.preset and (given := _given_options(args, ["benchmark"], free)):
+        raise GBPNError(f"--preset {args.preset} runs its own grid, so {', '.join(given)} would be ignored: leave "
+                        "them out, or name the grid with --models and --datasets instead of a preset")
+    if args.quick and (given := _given_options(args, ["benchmark"], ("trials", "epochs"))):
+        raise GBPNError(f"--quick runs 2 trials of 100 epochs, so {', '.join(given)} would be ignored: leave "
+                        "them out, or drop --quick")
     if args.preset:
         output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
         table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
@@ -745,7 +770,7 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
     args.dataset = args.dataset or DEFAULT_DATASET
     data = load_dataset(args.dataset, args.data_dir, sample=args.sample or 0, header=args.header)
-    name = Path(args.dataset).name if os.path.isdir(args.dataset) else args.dataset
+    name = _dataset_name(args.dataset)
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")
     record = {"command": f"analyze {args.analysis}", "dataset": name, "args": vars(args), "versions": versions()}

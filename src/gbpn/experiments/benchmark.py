@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import time
 from pathlib import Path
@@ -266,7 +267,8 @@ def run_grid(
                                              "versions": versions()})
             recorded = True
     # a bring-your-own folder is named by its last path component in rows and tables
-    source = {(Path(d).name if os.path.isdir(os.path.expanduser(d)) else d): d for d in datasets}
+    source = {(Path(os.path.abspath(os.path.expanduser(d))).name if os.path.isdir(os.path.expanduser(d)) else d): d
+              for d in datasets}
     datasets = list(source)
     # an auto model is chosen from its candidates' own rows, run first: a grid resumes per candidate,
     # shares them with the same models asked for on their own, and a new candidate trains only itself
@@ -276,6 +278,14 @@ def run_grid(
     todo = [(d, m, t) for d in datasets for t in range(trials) for m in run_models
             if not (rows_dir / f"{d}__{m}__{t}.json").is_file()]
     finished = len(datasets) * len(run_models) * trials - len(todo)
+    if save_predictions:
+        unsaved = [f"{d}__{m}__{t}" for d in datasets for t in range(trials) for m in run_models
+                   if m not in LARGE_MODELS and (rows_dir / f"{d}__{m}__{t}.json").is_file()
+                   and not (out / "predictions" / f"{d}__{m}__{t}.csv").is_file()]
+        if unsaved:
+            logging.getLogger(__name__).warning(
+                f"--save-predictions: {len(unsaved)} run(s) finished earlier without it (e.g. {unsaved[0]}) and are "
+                "not rerun, so their predictions are not written: use a new --output to keep every run's")
     if table_only:
         todo = []
         log(f"the table from the {finished} finished runs in {out}")

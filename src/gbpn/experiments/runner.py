@@ -172,6 +172,11 @@ def run_trials(
         write_json(out / "config.json", {**run_config, "versions": versions()})
 
     finished = {t["trial"] for t in done}
+    unsaved = [t["trial"] for t in done if "checkpoint" not in t]
+    if save_trials and unsaved and rank == 0:
+        logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
+                       "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
+                       "--output to keep every trial's")
     best_val = max((t["val_accuracy"] for t in done), default=-1.0)
     for trial in range(trials):
         if trial in finished:
