@@ -416,3 +416,10 @@ def test_a_folder_given_for_a_file_output_gets_the_file_inside(trained, tmp_path
     assert (tmp_path / "p" / "predictions.csv").is_file()
     code, _, err = run(["explain", "--checkpoint", ckpt, "--node", "3", "--json", str(tmp_path / "p")], capsys)
     assert code == 0 and (tmp_path / "p" / "explain-node3.json").is_file()
+
+
+def test_coupling_checks_its_output_before_printing(trained, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    code, out, err = run(["coupling", "--checkpoint", str(trained / "model.pt"), "--output",
+                          str(tmp_path / "file")], capsys)
+    assert code == 2 and out == "" and "is a file, not a folder" in err

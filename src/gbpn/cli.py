@@ -132,9 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_args(t)
     t.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
                    help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only")
-    t.add_argument("--steps", "-K", dest="num_steps", type=int, default=5, help="BP steps K (default: 5)")
+    t.add_argument("--steps", "-K", dest="num_steps", metavar="K", type=int, default=5, help="BP steps K (default: 5)")
     t.add_argument("--hidden", type=int, default=256, help="encoder hidden units (default: 256)")
-    t.add_argument("--mlp-layers", dest="num_hidden", type=int, default=2,
+    t.add_argument("--mlp-layers", dest="num_hidden", metavar="L", type=int, default=2,
                    help="hidden layers of the mlp potential: 2 is F-256-256-c, 1 is F-256-c (default: 2)")
     _add_potential_args(t)
     t.add_argument("--dropout", type=float, default=None,
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", parents=common, help="per-node class probabilities from a trained checkpoint, as CSV")
     _add_checkpoint_args(p)
-    p.add_argument("--steps", "-K", dest="num_steps", type=NON_NEGATIVE, default=None,
+    p.add_argument("--steps", "-K", dest="num_steps", metavar="K", type=NON_NEGATIVE, default=None,
                    help="BP steps (default: as trained)")
     p.add_argument("--node-chunk", type=POSITIVE, default=None, help="self-potentials this many nodes at a time")
     p.add_argument("--edge-chunk", type=POSITIVE, default=None, help="BP messages this many edges (pairs) at a time")
@@ -588,23 +588,25 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
     model, meta = load_checkpoint(args.checkpoint)
     H = model.bp.coupling.normalized().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    width = max(8, max(len(n) for n in names) + 1)
-    print(f"coupling H of {meta.get('dataset', '?')} ({meta.get('variant', '?')}), scaled so mean(log H) = 0:")
-    print(" " * width + "".join(f"{n:>{width}}" for n in names))
-    for n, row in zip(names, H):
-        print(f"{n:>{width}}" + "".join(f"{v:>{width}.3f}" for v in row))
     out = Path(args.output or Path(args.checkpoint).parent) / "coupling.png"
     panels = {f"learned ({meta.get('variant', '')})": H}
     true_H = meta.get("true_coupling")
     if true_H is not None:
         true_H = np.asarray(true_H)
         panels = {"true": true_H, **panels}
+    # the files first: an unwritable --output fails before anything is printed
+    save_coupling_csv(out.with_suffix(".csv"), H, names)
+    plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+    plot_couplings(panels, out.with_suffix(".svg"), names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+    width = max(8, max(len(n) for n in names) + 1)
+    print(f"coupling H of {meta.get('dataset', '?')} ({meta.get('variant', '?')}), scaled so mean(log H) = 0:")
+    print(" " * width + "".join(f"{n:>{width}}" for n in names))
+    for n, row in zip(names, H):
+        print(f"{n:>{width}}" + "".join(f"{v:>{width}.3f}" for v in row))
+    if true_H is not None:
         cmp = compare_couplings(H, true_H)
         print(f"against the true coupling (scale removed): relative error {cmp['relative_error']:.3f}, "
               f"correlation {cmp['correlation']:.3f}")
-    plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
-    plot_couplings(panels, out.with_suffix(".svg"), names, suptitle=f"coupling H: {meta.get('dataset', '')}")
-    save_coupling_csv(out.with_suffix(".csv"), H, names)
     print(f"heatmap saved to {out} (and .svg), values to {out.with_suffix('.csv')}")
     return 0
 

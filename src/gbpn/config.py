@@ -24,6 +24,15 @@ def default_dropout(num_features: int, num_train: int) -> float:
     return 0.6 if ratio > 1.5 else 0.3 if ratio > 0.05 else 0.1
 
 
+# the command-line flags of the fields whose flag is not the field's name with dashes
+_FLAGS = {"num_steps": "--steps", "num_hidden": "--mlp-layers", "num_hops": "--hops", "hidden": "--hidden"}
+
+
+def _option(name: str) -> str:
+    """A field as an error message names it, with its ``gbpn train`` flag: ``num_hidden (--mlp-layers)``."""
+    return f"{name} ({_FLAGS.get(name, '--' + name.replace('_', '-'))})"
+
+
 @dataclass
 class TrainConfig:
     """Hyper-parameters of one training run; the defaults are the paper's protocol."""
@@ -73,19 +82,19 @@ class TrainConfig:
         def positive(name: str, value, allow_none: bool = False) -> None:
             if not (value is None and allow_none) and not (isinstance(value, (int, float)) and value > 0
                                                            and math.isfinite(value)):
-                raise GBPNError(f"{name} must be a positive number, got {value}")
+                raise GBPNError(f"{_option(name)} must be a positive number, got {value}")
 
         for name in ("lr", "coupling_lr"):
             positive(name, getattr(self, name), allow_none=name == "coupling_lr")
         for name in ("num_hidden", "edge_chunk", "fanout", "num_hops"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < (0 if name == "num_hidden" else 1)):
-                raise GBPNError(f"{name} must be a {'non-negative' if name == 'num_hidden' else 'positive'} "
+                raise GBPNError(f"{_option(name)} must be a {'non-negative' if name == 'num_hidden' else 'positive'} "
                                 f"whole number, got {value}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):
-            raise GBPNError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+            raise GBPNError(f"{_option('weight_decay')} must be a finite number >= 0, got {self.weight_decay}")
         if not 0 <= self.damping < 1:
-            raise GBPNError(f"damping must be in [0, 1), got {self.damping}")
+            raise GBPNError(f"{_option('damping')} must be in [0, 1), got {self.damping}")
         if not (0 < self.train_frac < 1 and 0 <= self.val_frac < 1 and self.train_frac + self.val_frac < 1):
             raise GBPNError(f"train_frac and val_frac must be fractions that leave test nodes, got "
                             f"{self.train_frac} and {self.val_frac}")
@@ -94,30 +103,30 @@ class TrainConfig:
         for name, value, least in (("epochs", self.epochs, 1), ("num_steps", self.num_steps, 0),
                                    ("hidden", self.hidden, 1)):
             if not isinstance(value, int) or value < least:
-                raise GBPNError(f"{name} must be a whole number >= {least}, got {value}")
+                raise GBPNError(f"{_option(name)} must be a whole number >= {least}, got {value}")
         resolve_device(self.device)
         if self.patience is not None and self.patience < 1:
-            raise GBPNError(f"patience must be a positive number of epochs, got {self.patience}")
+            raise GBPNError(f"{_option('patience')} must be a positive number of epochs, got {self.patience}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise GBPNError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise GBPNError(f"{_option('dropout')} must be in [0, 1), got {self.dropout}")
         if self.precision not in ("fp32", "bf16"):
-            raise GBPNError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+            raise GBPNError(f"{_option('precision')} must be 'fp32' or 'bf16', got {self.precision!r}")
         if self.coupling_init not in ("uniform", "empirical"):
             raise GBPNError(f"coupling_init must be 'uniform' or 'empirical', got {self.coupling_init!r}")
         if self.batch_size is not None and self.batch_size < 1:
-            raise GBPNError(f"batch_size must be positive, got {self.batch_size}")
+            raise GBPNError(f"{_option('batch_size')} must be positive, got {self.batch_size}")
         if self.sampler not in ("uniform", "exp3"):
             raise GBPNError(f"sampler must be 'uniform' or 'exp3', got {self.sampler!r}")
         if self.sampler == "exp3" and (self.batch_size is None or self.fanout is None):
             raise GBPNError("--sampler exp3 samples tree neighbours: it needs --batch-size and a --fanout")
         if not 0 <= self.exp3_gamma <= 1:
-            raise GBPNError(f"exp3_gamma must be in [0, 1], got {self.exp3_gamma}")
+            raise GBPNError(f"{_option('exp3_gamma')} must be in [0, 1], got {self.exp3_gamma}")
         if self.backward not in ("unroll", "implicit"):
             raise GBPNError(f"backward must be 'unroll' or 'implicit', got {self.backward!r}")
         if self.backward == "implicit" and (not self.tol > 0 or self.max_steps < 1):
-            raise GBPNError(f"implicit BP needs tol > 0 and max_steps >= 1, got {self.tol} and {self.max_steps}")
+            raise GBPNError(f"implicit BP needs --tol > 0 and --max-steps >= 1, got {self.tol} and {self.max_steps}")
         if not 0 <= self.warmup <= 1:
-            raise GBPNError(f"warmup is a fraction of epochs in [0, 1], got {self.warmup}")
+            raise GBPNError(f"{_option('warmup')} is a fraction of epochs in [0, 1], got {self.warmup}")
 
         from gbpn.metrics import METRICS
         from gbpn.nn.encoders import ENCODERS

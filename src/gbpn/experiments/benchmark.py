@@ -287,6 +287,8 @@ def run_grid(
                 f"--save-predictions: {len(unsaved)} run(s) finished earlier without it (e.g. {unsaved[0]}) and are "
                 "not rerun, so their predictions are not written: use a new --output to keep every run's")
     if table_only:
+        if not finished:
+            raise GBPNError(f"no finished runs of this grid in {out}: run it without --table-only first")
         todo = []
         log(f"the table from the {finished} finished runs in {out}")
     else:
