@@ -223,12 +223,15 @@ def test_options_of_another_mode_or_not_finite_are_refused(tmp_path, args, messa
     assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
-def test_every_analysis_that_computes_takes_threads():
+def test_every_command_that_computes_takes_threads():
     from gbpn.cli import build_parser
 
     for analysis in ("convergence", "degree", "sampling", "identifiability"):
         extra = ["--checkpoint", "x.pt"] if analysis == "convergence" else []
         assert build_parser().parse_args(["analyze", analysis, *extra, "--threads", "1"]).threads == 1
+    for command in (["predict", "--checkpoint", "x.pt"], ["explain", "--checkpoint", "x.pt", "--node", "0"],
+                    ["coupling", "--checkpoint", "x.pt"], ["sample-mrf", "--output", "o"]):  # default 1, as everywhere
+        assert build_parser().parse_args(command).threads == 1
 
 
 def test_roc_auc_on_more_than_two_classes_is_refused_before_writing(graph, tmp_path, capsys):

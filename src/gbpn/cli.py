@@ -323,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("coupling", parents=common, help="print the learned coupling H; heatmap (PNG, SVG) and CSV")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
     c.add_argument("--output", default=None, help="folder for coupling.png/.svg/.csv (default: the checkpoint's)")
+    for cmd in (p, m, e, c):  # every command that computes runs at the measured default
+        cmd.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
     return parser
 
 
