@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "without --config, so give it unless the recorded run's folder should be resumed)")
     _add_data_args(t)
     t.add_argument("--variant", choices=["gbpn", "gbpn-i"], default="gbpn",
-                   help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only")
+                   help="gbpn: transductive, conditions on training labels; gbpn-i: inductive, features only "
+                        "(default: gbpn)")
     t.add_argument("--steps", "-K", dest="num_steps", metavar="K", type=int, default=5, help="BP steps K (default: 5)")
     t.add_argument("--hidden", type=int, default=256, help="encoder hidden units (default: 256)")
     t.add_argument("--mlp-layers", dest="num_hidden", metavar="L", type=int, default=2,
@@ -185,8 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoint_args(p)
     p.add_argument("--steps", "-K", dest="num_steps", metavar="K", type=NON_NEGATIVE, default=None,
                    help="BP steps (default: as trained)")
-    p.add_argument("--node-chunk", type=POSITIVE, default=None, help="self-potentials this many nodes at a time")
-    p.add_argument("--edge-chunk", type=POSITIVE, default=None, help="BP messages this many edges (pairs) at a time")
+    p.add_argument("--node-chunk", type=POSITIVE, default=None, help="self-potentials this many nodes at a time (default: all at once; graph encoders always "
+                        "read the whole graph)")
+    p.add_argument("--edge-chunk", type=POSITIVE, default=None, help="BP messages this many edges (pairs) at a time (default: all at once; with "
+                        "--half-messages 2^20 pairs)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (CUDA when available; default: cpu)")
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
@@ -257,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--burn-in", type=NON_NEGATIVE, default=1000, help="sweeps discarded first (default: 1000)")
     m.add_argument("--thin", type=POSITIVE, default=100, help="sweeps between samples (default: 100)")
     m.add_argument("--seed", type=int, default=0, help="seed of the sampler and the features (default: 0)")
-    m.add_argument("--output", required=True, help="folder to write edges.csv, features.csv, labels.csv into")
+    m.add_argument("--output", required=True,
+                   help="folder to write edges.csv, features.csv, labels.csv (the chosen sample), "
+                        "label_samples.csv (every sample) and mrf.json (the coupling and settings) into")
 
     a = sub.add_parser("analyze",
                        help="figures (PNG, SVG) and the numbers behind them (CSV) for a trained model; "
