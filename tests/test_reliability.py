@@ -267,3 +267,15 @@ def test_identifiability_kinds_are_checked_by_the_parser(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["analyze", "identifiability", "--kinds", "ising+", "ising"])
     assert exit_.value.code == 2 and "invalid choice: 'ising'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--fanout", "3"], "--fanout: only for mini-batch training"),
+    (["--tol", "1e-3"], "--tol: only for --backward implicit"),
+    (["--potential-hops", "3"], "--potential-hops: only for --potential sign"),
+    (["--potential", "sign", "--residual", "--potential-layers", "3"],
+     "--potential-layers, --residual: only for --potential gcn, sage or gat"),
+])
+def test_train_options_that_would_act_on_nothing_are_refused(graph, tmp_path, args, message, capsys):
+    assert _train(["--dataset", str(graph), *args], tmp_path / "o") == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()

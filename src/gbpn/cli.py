@@ -403,6 +403,23 @@ def _refuse_overrides(args: argparse.Namespace) -> None:
                         "ignored: leave them out, or train without --config to change them")
 
 
+def _refuse_inapplicable(args: argparse.Namespace) -> None:
+    """``train`` options that only act with another option or potential: given without it, an error
+    that says what they need, not silence."""
+    graph_gnn, auto = ("gcn", "sage", "gat"), args.potential == "auto"
+    rules = ((("fanout", "num_hops", "sampler", "exp3_gamma"), args.batch_size is not None,
+              "mini-batch training (--batch-size)"),
+             (("tol", "max_steps"), args.backward == "implicit", "--backward implicit"),
+             (("potential_hops",), auto or args.potential == "sign", "--potential sign"),
+             (("potential_layers", "residual", "layer_norm"), auto or args.potential in graph_gnn,
+              "--potential gcn, sage or gat"))
+    for dests, applies, what in rules:
+        given = _given_options(args, ["train"], dests)
+        if given and not applies:
+            raise GBPNError(f"{', '.join(given)}: only for {what}, so {'they' if len(given) > 1 else 'it'} would "
+                            "be ignored; leave it out or add what it needs")
+
+
 def _dataset_name(dataset: str) -> str:
     """How a run names its data set: a folder by its last component (``~`` expanded), a name as it is."""
     path = Path(os.path.abspath(os.path.expanduser(dataset)))
@@ -418,6 +435,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         dataset, data_dir, sample, seed, trials, config = _recorded_run(args.config)
         data_dir = args.data_dir or data_dir
     else:
+        _refuse_inapplicable(args)
         dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
         config = TrainConfig(
             variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, num_hidden=args.num_hidden,
