@@ -48,7 +48,7 @@ def test_rerun_resumes_and_skips_finished_trials(trained, capsys):
 
 def test_rerun_with_another_config_refuses(trained, capsys):
     code, _, err = run(["train", "--epochs", "16", "--hidden", "16", "--seed", "3", "--output", str(trained)], capsys)
-    assert code == 2 and "another configuration" in err
+    assert code == 2 and "another configuration" in err and "train.epochs: " in err and "-> 16" in err
 
 
 def test_predict_writes_probabilities_and_keeps_training_labels(trained, tmp_path, capsys):

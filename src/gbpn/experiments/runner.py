@@ -18,7 +18,7 @@ import logging
 import math
 import os
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -210,6 +210,18 @@ def run_trials(
     return result
 
 
+def _differences(old: Dict, new: Dict, prefix: str = "") -> List[str]:
+    """``"key: old -> new"`` for every setting that differs, nested dicts by their dotted keys."""
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out
+
+
 def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int,
                   log: Callable[[str], None]) -> Tuple[list, Optional[str]]:
     """The trials an earlier run in ``out`` finished, or why the folder cannot be resumed."""
@@ -217,8 +229,11 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int,
         return [], None
     previous = {"world_size": 1, **read_json(out / "config.json")}  # runs from before world_size was recorded
     ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
-    if {k: v for k, v in previous.items() if k not in ignore} != {k: v for k, v in run_config.items() if k not in ignore}:
-        return [], f"{out} holds a run with another configuration; choose a new --output folder"
+    differ = _differences({k: v for k, v in previous.items() if k not in ignore},
+                          {k: v for k, v in run_config.items() if k not in ignore})
+    if differ:
+        return [], (f"{out} holds a run with another configuration ({'; '.join(differ[:4])}); choose a new --output "
+                    "folder, or rerun with the recorded settings (gbpn train --config " f"{out / 'config.json'})")
     try:
         done = _finished_trials(metrics_path)
     except GBPNError as err:
