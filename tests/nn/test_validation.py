@@ -258,7 +258,7 @@ def test_per_call_counts_are_checked(kw, match, grad):
 @pytest.mark.parametrize("kw,match", [
     (dict(dropout=1.0), "dropout must be in"), (dict(dropout=-0.5), "dropout must be in"),
     (dict(hidden_channels=0), "hidden_channels must be"), (dict(num_hidden=-1), "num_hidden >= 0"),
-    (dict(tol=-1.0), "tol must be a positive"), (dict(tol=math.nan), "tol must be a positive"),
+    (dict(tol=-1.0), "tol must be a finite number >= 0"), (dict(tol=math.nan), "tol must be a finite number"),
     (dict(coupling_init=torch.full((3, 3), math.inf)), "positive finite"),
 ])
 def test_model_options_out_of_range_are_refused(kw, match):

@@ -231,8 +231,8 @@ class BeliefPropagation(nn.Module):
             raise ValueError(f"num_steps must be >= 0, got {num_steps}")
         if not 0.0 <= damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping}")
-        if tol is not None and not 0.0 < tol < math.inf:
-            raise ValueError(f"tol must be a positive number (or None: run every step), got {tol}")
+        if tol is not None and not 0.0 <= tol < math.inf:
+            raise ValueError(f"tol must be a finite number >= 0 (or None: run every step), got {tol}")
         self.num_classes = num_classes
         self.num_steps = num_steps
         self.damping = damping
