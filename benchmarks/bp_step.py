@@ -22,6 +22,10 @@ On a graph this large the fused layout renumbers the nodes (reverse Cuthill-McKe
 ``gbpn.nn.fused.locality_order``); ``--order`` adds the fused step with the graph's own
 numbering ("given") and GCNConv on the renumbered graph ("GCNrcm"), so that the renumbering's
 share of the BP/GCN ratio is measured in the same run.
+
+``--keep-messages`` adds the training step with ``gbpn.nn.fused.KEEP_MESSAGES_FRACTION`` = 0.25
+(opt-in: from 8 classes on the forward keeps every step's messages and the backward reads them
+instead of recomputing them), with both training processes' whole peak resident memory in MB.
 """
 from __future__ import annotations
 
@@ -63,6 +67,11 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
 
         fused.REORDER_MIN_NODES = data.num_nodes + 1
         op = op[:-len("-given")]
+    if op.endswith("-keep"):  # the forward keeps every step's messages; the backward reads them
+        import gbpn.nn.fused as fused
+
+        fused.KEEP_MESSAGES_FRACTION = 0.25
+        op = op[:-len("-keep")]
     if op == "gcn-rcm":  # GCNConv on the graph renumbered by the fused layout itself
         from gbpn.nn.fused import csr_layout
 
@@ -154,7 +163,9 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         seconds = median_time(run)
     peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")) - base
     scale = 1 / fraction if op == "plain" else 1.0
-    return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "edges": e}
+    # the process's whole peak (graph, inputs and buffers held across calls, such as the fused kernels' pool)
+    total = torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")
+    return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "total_mb": total / 1024, "edges": e}
 
 
 def main() -> None:
@@ -174,6 +185,9 @@ def main() -> None:
     ap.add_argument("--fused-only", action="store_true",
                     help="time only the fused step, GCNConv and (with --train) their training steps: no eager, "
                          "log-domain or plain columns")
+    ap.add_argument("--keep-messages", action="store_true",
+                    help="with --train: also time the fused training step whose forward keeps every step's messages "
+                         "for the backward (opt-in, from 8 classes on), and both training steps' memory")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.train and args.device != "cpu":
@@ -191,6 +205,8 @@ def main() -> None:
         ops += ("train-fused", "gcn2-train") + (() if args.fused_only else ("train-eager",))
     if args.order:
         ops += ("bp-given", "gcn-rcm") + (("train-fused-given",) if args.train else ())
+    if args.keep_messages and args.train:
+        ops += ("train-fused-keep",)
     plain_mark = "~" if args.plain_edge_fraction < 1 else ""  # the plain form is timed on a fraction of the edges
 
     def sec(op):
@@ -221,6 +237,11 @@ def main() -> None:
         ("GCNrcm " + unit, "gcn-rcm", sec("gcn-rcm")), ("BP/GCNrcm", "gcn-rcm", ratio("bp", "gcn-rcm")),
         ("given tr", "train-fused-given", sec("train-fused-given")),
         ("given/tr", "train-fused-given", ratio("train-fused-given", "train-fused")),
+        ("keep tr", "train-fused-keep", sec("train-fused-keep")),
+        ("keep/tr", "train-fused-keep", ratio("train-fused-keep", "train-fused")),
+        # whole-process peaks: the step's buffers stay mapped between calls, so its growth alone hides them
+        ("train peak", "train-fused-keep", lambda r, c: f"{r['train-fused']['total_mb']:.0f}"),
+        ("keep peak", "train-fused-keep", lambda r, c: f"{r['train-fused-keep']['total_mb']:.0f}"),
     ]
     columns = [col for col in columns if col[1] in ops]
     widths = [max(8, len(name)) for name, _, _ in columns]

@@ -180,6 +180,28 @@ def huge_empty(*shape: int, dtype: torch.dtype) -> Tensor:
     return _huge(shape, dtype, zero=False)
 
 
+def _meminfo_available() -> float:
+    """``MemAvailable`` of ``/proc/meminfo``, capped by a cgroup v2 limit; inf where neither exists."""
+    avail = math.inf
+    with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/meminfo") as fh:
+            avail = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limit = fh.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as fh:
+                avail = min(avail, int(limit) - int(fh.read()))
+    return avail
+
+
+def available_memory() -> float:
+    """Bytes this process may still take without swapping: the system's available memory (or the
+    cgroup's headroom, if less) plus the free mappings :data:`POOL` would hand out again; inf where
+    the system does not say (not Linux)."""
+    return _meminfo_available() + POOL.held()[1]
+
+
 def empty_cache() -> int:
     """Unmap the free mappings of :data:`POOL` (the fused BP step buffers kept for reuse); returns
     the bytes given back."""

@@ -72,6 +72,33 @@ def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c, reo
     assert torch.equal(fast[0][known].argmax(1), labels[known])  # evidence stays clamped
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("weights", [False, True])
+def test_kept_messages_give_the_eager_gradients(dtype, weights, monkeypatch):
+    """Opted in (``KEEP_MESSAGES_FRACTION`` > 0), from ``_BLAS_CLASSES`` classes on an undamped training
+    forward keeps every step's messages and normalisers and the backward reads them instead of
+    recomputing the product: the same values and gradients as the eager path (and the recompute)."""
+    n, c = 50, 12
+    ei = random_graph(n, 0.2, seed=4)
+    g = torch.Generator().manual_seed(2)
+    layer = BeliefPropagation(c, num_steps=4).to(dtype)
+    with torch.no_grad():
+        layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
+    phi = torch.randn(n, c, generator=g, dtype=dtype).requires_grad_()
+    labels, known = torch.randint(0, c, (n,), generator=g), torch.rand(n, generator=g) < 0.3
+    mw = torch.rand(ei.size(1), generator=g, dtype=dtype) * 2 if weights else None
+    kw = dict(known_labels=labels, known_mask=known, message_weight=mw)
+    kept = []
+    keeps = fused.keeps_messages
+    monkeypatch.setattr(fused, "keeps_messages", lambda *a: kept.append(keeps(*a)) or kept[-1])
+    for fraction in (0.25, 0.0):  # kept, then recomputed (the default)
+        monkeypatch.setattr(fused, "KEEP_MESSAGES_FRACTION", fraction)
+        eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
+        for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
+            _close(b, a)
+    assert kept == [True, False]
+
+
 def test_fused_equals_eager_on_a_graph_beyond_the_cache():
     """Messages past ``_PREFETCH_MIN`` numbers: the kernels prefetch the reverse messages and stream
     the saved cavities and the cavity gradients past the cache; the K saved cavity arrays pass

@@ -332,12 +332,12 @@ def _inverse_row_sum(PW, e, one):
 
 
 @njit(inline="always", fastmath=_FM)
-def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H, lam, mw, stream, one):
+def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Zs, H, lam, mw, stream, one):
     r""":func:`forward_step`'s edge pass for one chunk, edge-major (``[_CHUNK, c]`` scratch), from
     ``_BLAS_CLASSES`` classes on without edge weights: the cavity's division and the normalisation
     run along the classes in contiguous memory and vectorise (class-major, the cavity's loop strides
     across the chunk). ``P = cav H`` over the whole chunk (the rows past ``n`` hold finite values
-    of an earlier chunk, or the scratch's zeros)."""
+    of an earlier chunk, or the scratch's zeros). A non-empty ``Zs`` keeps each edge's ``1 / Z``."""
     c = cavW.shape[1]
     _cavities(cavW.T, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
     if C.shape[0] > 0:
@@ -346,6 +346,8 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H
     for e in range(n):
         k = k0 + e
         zi = _inverse_row_sum(PW, e, one)
+        if Zs.shape[0] > 0:
+            Zs[k] = zi
         if lam > 0:
             for b in range(c):
                 M_new[k, b] = (one - lam) * PW[e, b] * zi + lam * M_prev[k, b]
@@ -356,7 +358,7 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H
 
 @njit(nogil=True, cache=True, fastmath=_FM)
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
-                 res, H, HT, L, damping, ew, mw, span, C):
+                 res, H, HT, L, damping, ew, mw, span, C, Zs):
     r"""One BP step: for each node ``i`` and each incoming edge ``k``
 
     .. math::
@@ -364,7 +366,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
         \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
 
     writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
-    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`).
+    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`);
+    if ``Zs`` is non-empty (edge-major chunks only), each message's inverse normaliser ``1 / Z``.
     ``damping`` is a 1-element array of the dtype (no float64 promotion). Without message weights
     the sum of logs is the log of float64 products of ``span`` messages at a time (``span`` small
     enough that no product underflows). From ``_BLAS_CLASSES`` classes on without
@@ -393,8 +396,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
                 if rows:
-                    _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, H, lam, mw, stream,
-                                  one)
+                    _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Zs, H, lam, mw,
+                                  stream, one)
                     continue
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if C.shape[0] > 0:
@@ -581,28 +584,31 @@ def _cavity_grads(Gv, k0, n, cav, q, stream):
 
 
 @njit(inline="always", fastmath=_FM)
-def _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first, carry,
-               stream, one):
+def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
+               carry, stream, one):
     r""":func:`backward_step` for one chunk of edges whose cavities were saved (undamped, no edge
     weights), from ``_BLAS_CLASSES`` classes on: edge-major (``[_CHUNK, c]`` scratch), so that
     every per-edge loop runs along the classes in contiguous memory and vectorises, the divisions
     included. ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
     ``Gv = cav ⊙ τ H^T``, ``gl += cav^T τ`` (the rows past ``n`` of ``tauW`` are zeroed: the
-    products run on whole chunks)."""
+    products run on whole chunks). With the forward's messages ``M_t`` and normalisers ``Zs``
+    (non-empty ``Zs``), ``m`` and ``1 / Z`` are read instead: the same numbers, one product fewer."""
     c = cavW.shape[1]
     _load_cavities(cavW.T, C, k0, n)
-    np.dot(cavW, H, PW)
+    kept = Zs.shape[0] > 0
+    if not kept:
+        np.dot(cavW, H, PW)
     for e in range(n):
         k = k0 + e
         d = dst[k]
         r = rev[k]
         wk = mw[k] if mw.shape[0] > 0 else one
-        zi = _inverse_row_sum(PW, e, one)
+        zi = Zs[k] if kept else _inverse_row_sum(PW, e, one)
         s = zi * 0
         for b in range(c):
             g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
             g = D[k, b] + wk * g if carry else wk * g
-            tauW[e, b] = g / (PW[e, b] * zi)
+            tauW[e, b] = g / (M_t[k, b] if kept else PW[e, b] * zi)
             s += g
         if carry:
             for b in range(c):
@@ -622,7 +628,7 @@ def _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, 
 
 @njit(nogil=True, cache=True, fastmath=_FM)
 def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_prev, M_t, Gb_ext, Gv_next, Gv_cur,
-                  D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first, C):
+                  D, Gphi, gz, GL, Gw, H, HT, Hrow, L, damping, ew, mw, first, C, Zs):
     r"""Vector-Jacobian product of one :func:`forward_step` (step :math:`t`), one pass over the nodes.
 
     For node ``i``: :math:`g^b_i = [\text{first}]\,G^{\mathrm{ext}}_i + \sum_{k \to i} G^v_{t+1}[\bar k]`
@@ -641,6 +647,8 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     saved them: they are read in edge order instead of gathered from ``B_prev[src]`` and
     ``M_prev[rev]``, and :math:`M^t` is recomputed from them (:math:`P / Z`), so that ``M_prev`` and
     ``M_t`` are not read; on graphs beyond the cache this trades two gathers per edge for one product.
+    With a non-empty ``Zs`` too (edge-major chunks), ``M_t`` and its inverse normalisers ``Zs``, as the
+    forward kept them, are read in edge order in place of that product.
     """
     n_blocks = blocks.shape[0] - 1
     c = B_t.shape[1]
@@ -669,8 +677,8 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
             for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
                 n = min(_CHUNK, rowptr[i1] - k0)
                 if rows:
-                    _back_rows(k0, n, C, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
-                               carry, stream, one)
+                    _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H,
+                               HT, first, carry, stream, one)
                     continue
                 if saved:
                     _load_cavities(cav, C, k0, n)

@@ -13,8 +13,11 @@ messages) lie near each other in memory; node-indexed inputs and outputs are per
 boundary, so callers see the graph's own numbering.
 
 Training runs the :math:`K` steps inside one :class:`torch.autograd.Function` that keeps every
-step's messages and beliefs (:math:`(K+1)(E + 2N)c` numbers, what unrolled autograd keeps anyway)
-and whose backward is a hand-written vector-Jacobian product, again one node-parallel pass per step:
+step's beliefs and what the step's backward reads: undamped, its cavities in edge order (the
+backward recomputes each message from its cavity) and, from ``_BLAS_CLASSES`` classes on where
+memory allows (:func:`keeps_messages`), its messages and normalisers too, so that the backward
+reads them instead of a product with :math:`H` per edge; damped, its messages. The backward is a
+hand-written vector-Jacobian product, again one node-parallel pass per step:
 the contributions to source-side quantities are gathered through the reverse edges (the reverse of
 an incoming edge of ``i`` is an outgoing edge of ``i``) instead of scattered.
 
@@ -36,10 +39,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gbpn.memory import huge_empty, huge_zeros
+from gbpn.memory import available_memory, huge_empty, huge_zeros
 from gbpn.nn.functional import aggregate
 from gbpn.nn.graph_cache import GraphCache
 from gbpn.nn.implicit import FALLBACK_STEPS, ImplicitStats
+
+# Opt-in: with a positive share, training from ``_BLAS_CLASSES`` classes on keeps every step's messages
+# for the backward while they take at most that share of the memory available (:func:`keeps_messages`):
+# a K = 5 training step in 0.80-0.97 of the time at c = 12, 40 and 47 for 40-50% more peak memory
+# (benchmarks/bp_step.py --keep-messages; README, issue 16). Off by default for that memory, and because
+# float32 gradients then differ from the default path's in the last bits.
+KEEP_MESSAGES_FRACTION = 0.0
 
 # Above this spread of log H (times the largest |edge weight|) the linear-domain cavity could overflow.
 MAX_SPREAD = {torch.float32: 60.0, torch.float64: 600.0}
@@ -291,23 +301,42 @@ def _graph(log_H: Tensor, layout: CSRLayout, damping: float, known: Optional[Ten
                   empty if mw is None else _np(mw.to(dtype)), span)
 
 
+def keeps_messages(steps: int, E: int, c: int, dtype: torch.dtype) -> bool:
+    """Whether an undamped, unweighted training forward keeps every step's messages and normalisers
+    (opt-in, :data:`KEEP_MESSAGES_FRACTION` > 0)
+    besides its cavities, so that the backward reads them instead of recomputing the product with H:
+    only where that product is a BLAS call on edge-major chunks (from ``_BLAS_CLASSES`` classes on;
+    below, the recompute costs no more than the read, measured) and the ``(K - 1) E c`` more numbers
+    fit in :data:`KEEP_MESSAGES_FRACTION` of the memory available now."""
+    if KEEP_MESSAGES_FRACTION <= 0 or c < _kernels()._BLAS_CLASSES or steps < 1:
+        return False
+    extra = ((steps - 1) * c + steps) * E * torch.finfo(dtype).bits // 8
+    return extra <= KEEP_MESSAGES_FRACTION * available_memory()
+
+
 def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_res: bool, save: bool):
-    """The steps; returns log-beliefs, residuals, messages, linear and log beliefs, and cavities.
+    """The steps; returns log-beliefs, residuals, messages, linear and log beliefs, cavities and
+    inverse normalisers.
 
     Without ``save``: the last messages and beliefs, no cavities. With ``save`` (for the backward):
     every step's beliefs and, undamped, every step's cavities (``[K, E, c]``, which the backward
-    reads in edge order instead of gathering) with the last messages; damped, every step's messages
-    (``[K + 1, E, c]``; the damping's backward reads them) and no cavities."""
+    reads in edge order instead of gathering) with the last messages, or, where
+    :func:`keeps_messages`, every step's messages (``[K + 1, E, c]``) and inverse normalisers
+    (``[K, E]``) too; damped, every step's messages (the damping's backward reads them) and no
+    cavities."""
     k = _kernels()
     n, c = phi.shape
     E = g.layout.src.shape[0]
-    keep_msgs = save and float(g.damping[0]) > 0
+    damped = float(g.damping[0]) > 0
+    keep_z = save and not damped and not g.ew.shape[0] and keeps_messages(steps, E, c, phi.dtype)
+    keep_msgs = save and (damped or keep_z)
     # every buffer is written whole (a step writes every edge's message and cavity, every node's
     # belief) before it is read: none is zeroed. Without keeping every step's messages, two separate
     # message buffers: the caller keeps the last and the other is freed
     M = huge_empty(steps + 1, E, c, dtype=phi.dtype) if keep_msgs else [huge_empty(E, c, dtype=phi.dtype)
                                                                          for _ in range(2)]
-    C = huge_empty(steps, E, c, dtype=phi.dtype) if save and not keep_msgs else None
+    C = huge_empty(steps, E, c, dtype=phi.dtype) if save and not damped else None
+    Z = huge_empty(steps, E, dtype=phi.dtype) if keep_z else None
     slots = steps + 1 if save else 2
     B = huge_empty(slots, n, c, dtype=phi.dtype)
     b = huge_empty(slots, n, c, dtype=phi.dtype)
@@ -316,10 +345,12 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
     B[0] = b[0].exp()
     res_node = np.empty(n if (want_res or tol is not None) else 0, dtype=_np(phi).dtype)
     no_cav = np.empty((0, c), dtype=res_node.dtype)
+    no_z = np.empty(0, dtype=res_node.dtype)
     residuals: List[Tensor] = []
     Mn = M.numpy() if keep_msgs else [m.numpy() for m in M]
     Bn, bn = B.numpy(), b.numpy()
     Cn = None if C is None else C.numpy()
+    Zn = None if Z is None else Z.numpy()
     phi_np = _np(phi)
     lay = g.layout
     m_last = s_last = 0
@@ -328,7 +359,8 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
         s_cur, s_nxt = (step, step + 1) if save else (step % 2, (step + 1) % 2)
         _parallel(k.forward_step, g.blocks, (lay.rowptr, lay.src, lay.rev, phi_np, g.known, g.clamp, bn[s_cur],
                                              Bn[s_cur], Mn[m_cur], Mn[m_nxt], bn[s_nxt], Bn[s_nxt], res_node, g.H, g.HT,
-                                             g.L, g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step]),
+                                             g.L, g.damping, g.ew, g.mw, g.span, no_cav if Cn is None else Cn[step],
+                                             no_z if Zn is None else Zn[step]),
                   classes=c)
         m_last, s_last = m_nxt, s_nxt
         if res_node.shape[0]:
@@ -337,9 +369,9 @@ def _run_forward(phi: Tensor, g: _Graph, steps: int, tol: Optional[float], want_
                 break
     done = len(residuals) if tol is not None else steps
     if not save:
-        return b[s_last].clone(), residuals, M[m_last], B[s_last].clone(), b[s_last].clone(), None  # others freed
+        return b[s_last].clone(), residuals, M[m_last], B[s_last].clone(), b[s_last].clone(), None, None  # others freed
     return (b[done].clone(), residuals, M[: done + 1] if keep_msgs else M[m_last], B[: done + 1], b[: done + 1],
-            None if C is None else C[:done])
+            None if C is None else C[:done], None if Z is None else Z[:done])
 
 
 class _FusedBP(torch.autograd.Function):
@@ -348,30 +380,35 @@ class _FusedBP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, steps: int, tol: Optional[float],
                 want_res: bool, want_msg: bool):
-        log_b, residuals, M, B, b, C = _run_forward(phi, g, steps, tol, want_res, save=True)
-        ctx.g, ctx.steps, ctx.cavities = g, B.size(0) - 1, C is not None
-        # what the backward reads per step: the cavities (undamped) or every step's messages
-        ctx.save_for_backward(M if C is None else C, B, b, phi, log_H, ew)
+        log_b, residuals, M, B, b, C, Z = _run_forward(phi, g, steps, tol, want_res, save=True)
+        ctx.g, ctx.steps = g, B.size(0) - 1
+        kept = M.dim() == 3  # every step's messages, else the last
+        # what the backward reads per step: the cavities (undamped), every step's messages (damped), or both
+        # with the normalisers
+        ctx.save_for_backward(M if kept else None, C, Z, B, b, phi, log_H, ew)
         res = torch.stack(residuals) if residuals else phi.new_zeros(0)
-        msg = (M[-1] if C is None else M).log() if want_msg else phi.new_zeros(0)
+        msg = (M[-1] if kept else M).log() if want_msg else phi.new_zeros(0)
         ctx.mark_non_differentiable(res)
         ctx.set_materialize_grads(False)
         return log_b, msg, res
 
     @staticmethod
     def backward(ctx, g_b: Optional[Tensor], g_msg: Optional[Tensor], _g_res):
-        S, B, b, phi, log_H, ew = ctx.saved_tensors
+        M, C, Z, B, b, phi, log_H, ew = ctx.saved_tensors
         g: _Graph = ctx.g
         steps = ctx.steps
         if torch.is_grad_enabled():  # create_graph: differentiate the same steps again, eagerly, to any order
             return _eager_backward(ctx, g, steps, phi, log_H, ew, g_b, g_msg)
-        Sn, Bn, bn = S.numpy(), B.numpy(), b.numpy()
+        Mn, Cn, Zn = (None if x is None else x.numpy() for x in (M, C, Z))
+        Bn, bn = B.numpy(), b.numpy()
         adj = _Adjoint(g, g_b, g_msg)
         for t in range(steps, 0, -1):
-            if ctx.cavities:
-                adj.step(Bn[t], bn[t - 1], Bn[t - 1], None, None, first=t == steps, C=Sn[t - 1])
+            if Cn is None:
+                adj.step(Bn[t], bn[t - 1], Bn[t - 1], Mn[t - 1], Mn[t], first=t == steps)
+            elif Zn is None:
+                adj.step(Bn[t], bn[t - 1], Bn[t - 1], None, None, first=t == steps, C=Cn[t - 1])
             else:
-                adj.step(Bn[t], bn[t - 1], Bn[t - 1], Sn[t - 1], Sn[t], first=t == steps)
+                adj.step(Bn[t], bn[t - 1], Bn[t - 1], None, Mn[t], first=t == steps, C=Cn[t - 1], Z=Zn[t - 1])
         if steps:  # b^0 = phi is read by the first step's cavities
             _parallel(_kernels().gather_reverse, adj.blocks, (g.layout.rowptr, g.layout.rev, adj.Gv_next,
                                                               adj.Gphi.numpy()))
@@ -405,21 +442,25 @@ class _Adjoint:
         self.Gv_cur = huge_empty(E, c, dtype=dtype).numpy() if buffers == 2 else None
         self.gz = np.empty((n, c), np_dtype)
         self.none = np.empty((0, c), np_dtype)  # an array argument the kernel does not read
+        self.no_z = np.empty(0, np_dtype)
 
     def reset(self) -> None:
         """Zero the accumulated gradients and the cavity gradients."""
         for a in (self.D, self.Gphi.numpy(), self.GL, self.Gw, self.Gv_next):
             a.fill(0)
 
-    def step(self, B_t, b_prev, B_prev, M_prev, M_t, first: bool, C: Optional[np.ndarray] = None) -> None:
+    def step(self, B_t, b_prev, B_prev, M_prev, M_t, first: bool, C: Optional[np.ndarray] = None,
+             Z: Optional[np.ndarray] = None) -> None:
         """Back through one step (``first``: the last step, read by the loss only); from its saved
-        cavities ``C`` (undamped; then ``M_prev`` and ``M_t`` are not read) or its messages."""
+        cavities ``C`` (undamped; then ``M_prev`` is not read, nor ``M_t`` unless the inverse
+        normalisers ``Z`` come with it) or its messages."""
         g, lay = self.g, self.g.layout
         M_prev, M_t, C = (self.none if a is None else a for a in (M_prev, M_t, C))
+        Z = self.no_z if Z is None else Z
         _parallel(_kernels().backward_step, self.blocks,
                   (lay.rowptr, lay.src, lay.rev, lay.dst, g.known, B_t, b_prev, B_prev, M_prev, M_t, self.Gb,
                    self.Gv_next, self.Gv_cur, self.D, self.Gphi.numpy(), self.gz, self.GL, self.Gw, g.H, g.HT,
-                   g.Hrow, g.L, g.damping, g.ew, g.mw, first, C),
+                   g.Hrow, g.L, g.damping, g.ew, g.mw, first, C, Z),
                   per_block=(16,), classes=self.c)  # GL
         self.Gv_next, self.Gv_cur = self.Gv_cur, self.Gv_next
 
@@ -451,7 +492,7 @@ class _FusedImplicit(torch.autograd.Function):
     @staticmethod
     def forward(ctx, phi: Tensor, log_H: Tensor, ew: Optional[Tensor], g: _Graph, max_steps: int, tol: float,
                 stats: ImplicitStats):
-        log_b, residuals, M, B, b, _ = _run_forward(phi, g, max_steps, tol, True, save=False)
+        log_b, residuals, M, B, b, _, _ = _run_forward(phi, g, max_steps, tol, True, save=False)
         ctx.converged = bool(residuals) and float(residuals[-1]) < tol
         stats.record_forward(len(residuals), ctx.converged)
         ctx.g, ctx.tol, ctx.max_steps, ctx.stats = g, tol, max_steps, stats
@@ -575,7 +616,7 @@ def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping:
         log_b, msg, res = _FusedBP.apply(phi, log_H, edge_weight, g, steps, tol, want_res, want_msg)
         return layout.from_layout(log_b), list(res.unbind()), (msg if want_msg else None)
     with torch.no_grad():
-        log_b, residuals, M, _, _, _ = _run_forward(phi, g, steps, tol, want_res, save=False)
+        log_b, residuals, M, _, _, _, _ = _run_forward(phi, g, steps, tol, want_res, save=False)
     return layout.from_layout(log_b), residuals, (M.log() if want_msg else None)
 
 
