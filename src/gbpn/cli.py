@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import logging
 import math
@@ -373,25 +374,35 @@ def _parsers(parser: argparse.ArgumentParser):
                 yield from _parsers(sub)
 
 
-def typed_options(argv: List[str]) -> set:
-    """The argparse dests of the options written on the command line ``argv``, whatever their values
-    (one typed with its default value included): the command parsed with every default suppressed."""
+@functools.lru_cache(maxsize=8)
+def _typed(argv: tuple) -> frozenset:
     parser = build_parser()
     for p in _parsers(parser):
         for action in p._actions:
             if action.option_strings:
                 action.default = argparse.SUPPRESS
-    return set(vars(parser.parse_args(argv)))
+    return frozenset(vars(parser.parse_args(list(argv))))
+
+
+def typed_options(argv: List[str]) -> set:
+    """The argparse dests of the options written on the command line ``argv``, whatever their values
+    (one typed with its default value included): the command parsed with every default suppressed."""
+    return set(_typed(tuple(argv)))
+
+
+@functools.lru_cache(maxsize=8)
+def _flags(command: tuple) -> dict:
+    """dest -> the longest flag, from the subcommand's own parser (e.g. ``("analyze", "degree")``)."""
+    sub = build_parser()
+    for word in command:
+        sub = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    return {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings}
 
 
 def _given_options(args: argparse.Namespace, command: List[str], names) -> List[str]:
     """The flags among ``names`` (argparse dests) written on the command line of ``command`` (e.g.
     ``["analyze", "degree"]``): the options a user set, to any value."""
-    sub = build_parser()
-    for word in command:  # the subcommand's own parser names its flags
-        sub = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
-    flag = {a.dest: max(a.option_strings, key=len) for a in sub._actions if a.option_strings}
-    typed = typed_options(args.argv)
+    flag, typed = _flags(tuple(command)), _typed(tuple(args.argv))
     return [flag.get(k, k) for k in sorted(names) if k in typed]
 
 
