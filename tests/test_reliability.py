@@ -215,6 +215,9 @@ def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     (["benchmark", "--preset", "table2", "--trials", "1", "--models", "gbpn"], "--models, --trials would be ignored"),
     (["benchmark", "--models", "mlp", "--datasets", "cora", "--quick", "--epochs", "100"],
      "--epochs would be ignored"),
+    (["train", "--dataset", "synth-ising+", "--header"], "built-in data set: leave it out"),
+    (["analyze", "degree", "--fanouts", "1", "--known", "none"], "--known: only with --checkpoint"),
+    (["predict", "--checkpoint", "x.pt", "--partitioner", "metis"], "--partitioner is for partitioned inference"),
     # a grid's nodes have at most 4 neighbours: a fanout of 5 samples nothing
     (["analyze", "sampling", "--fanout", "5", "--epochs", "1"], "give a fanout below 4"),
 ])
@@ -271,6 +274,7 @@ def test_identifiability_kinds_are_checked_by_the_parser(capsys):
 
 @pytest.mark.parametrize("args,message", [
     (["--fanout", "3"], "--fanout: only for mini-batch training"),
+    (["--hops", "3"], "--hops: only for mini-batch training"),
     (["--tol", "1e-3"], "--tol: only for --backward implicit"),
     (["--potential-hops", "3"], "--potential-hops: only for --potential sign"),
     (["--potential", "sign", "--residual", "--potential-layers", "3"],
@@ -279,3 +283,21 @@ def test_identifiability_kinds_are_checked_by_the_parser(capsys):
 def test_train_options_that_would_act_on_nothing_are_refused(graph, tmp_path, args, message, capsys):
     assert _train(["--dataset", str(graph), *args], tmp_path / "o") == 2
     assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_predict_reads_the_folder_as_training_did_and_refuses_changed_labels(tmp_path, capsys):
+    g = _folder(tmp_path / "g", [0, 1, 2])
+    for name, head in (("edges.csv", "0,1"), ("features.csv", "0,1,2"), ("labels.csv", "0")):
+        lines = (g / name).read_text().splitlines()
+        (g / name).write_text("\n".join([head] + lines[1:]) + "\n")  # a header of numbers: ambiguous
+    assert _train(["--dataset", str(g)], tmp_path / "t") == 2
+    assert "pass --header" in capsys.readouterr().err
+    assert _train(["--dataset", str(g), "--header"], tmp_path / "t") == 0
+    ckpt = str(tmp_path / "t" / "model.pt")
+    assert main(["predict", "--checkpoint", ckpt, "--output", str(tmp_path / "p.csv"), "-q"]) == 0  # header remembered
+    labels = (g / "labels.csv").read_text().splitlines()
+    (g / "labels.csv").write_text("\n".join(labels[:1] + ["-1"] + labels[2:]) + "\n")
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", ckpt, "--output", str(tmp_path / "q.csv"), "-q"]) == 2
+    assert "labels of" in capsys.readouterr().err
+    assert main(["predict", "--checkpoint", ckpt, "--known", "none", "--output", str(tmp_path / "q.csv"), "-q"]) == 0

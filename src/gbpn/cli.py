@@ -340,7 +340,7 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 
 def _recorded_run(path: str) -> tuple:
-    """``(dataset, data_dir, sample, seed, trials, TrainConfig)`` of a run's ``config.json``."""
+    """``(dataset, data_dir, sample, seed, trials, TrainConfig, header)`` of a run's ``config.json``."""
     import dataclasses
 
     from gbpn.config import TrainConfig
@@ -356,7 +356,7 @@ def _recorded_run(path: str) -> tuple:
             raise GBPNError(f"{path} sets options this version does not know: {', '.join(unknown)}")
         source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
         return (source["dataset"], source["data_dir"], rec.get("sample", 0), rec["seed"], rec["trials"],
-                TrainConfig(**rec["train"]))
+                TrainConfig(**rec["train"]), source.get("header"))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise GBPNError(f"{path} is not a run's config.json ({type(err).__name__}: {err})") from None
 
@@ -418,7 +418,7 @@ def _refuse_inapplicable(args: argparse.Namespace) -> None:
     """``train`` options that only act with another option or potential: given without it, an error
     that says what they need, not silence."""
     graph_gnn, auto = ("gcn", "sage", "gat"), args.potential == "auto"
-    rules = ((("fanout", "num_hops", "sampler", "exp3_gamma"), args.batch_size is not None,
+    rules = ((("fanout", "hops", "sampler", "exp3_gamma"), args.batch_size is not None,
               "mini-batch training (--batch-size)"),
              (("tol", "max_steps"), args.backward == "implicit", "--backward implicit"),
              (("potential_hops",), auto or args.potential == "sign", "--potential sign"),
@@ -443,11 +443,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if args.config:
         _refuse_overrides(args)
-        dataset, data_dir, sample, seed, trials, config = _recorded_run(args.config)
+        dataset, data_dir, sample, seed, trials, config, header = _recorded_run(args.config)
         data_dir = args.data_dir or data_dir
+        header = args.header if args.header is not None else header
     else:
         _refuse_inapplicable(args)
         dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
+        header = args.header
         config = TrainConfig(
             variant=args.variant, num_steps=args.num_steps, hidden=args.hidden, num_hidden=args.num_hidden,
             dropout=args.dropout, epochs=args.epochs, lr=args.lr, coupling_lr=args.coupling_lr,
@@ -467,7 +469,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     potential = "" if config.potential == "mlp" else f"-{config.potential}"
     output = args.output or f"runs/{name}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=not args.quiet,
-                        header=args.header, save_trials=args.save_trials)
+                        header=header, save_trials=args.save_trials)
     if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
         return 0
     s = result["summary"]
@@ -490,6 +492,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
     The graph is the one the checkpoint was trained on unless ``--dataset`` names another."""
     from gbpn.data.datasets import load_dataset
     from gbpn.data.splits import split_from_record
+    from gbpn.experiments.runner import labels_fingerprint
     from gbpn.io import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
@@ -499,7 +502,8 @@ def _checkpoint_and_data(args: argparse.Namespace):
         raise GBPNError(f"{args.checkpoint} does not record its data set: give --dataset")
     data_dir = args.data_dir or source.get("data_dir")
     sample = args.sample if args.sample is not None else (meta.get("sample", 0) if not args.dataset else 0)
-    data = load_dataset(dataset, data_dir, sample=sample, header=args.header)
+    header = args.header if args.header is not None or args.dataset else source.get("header")
+    data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if data.num_features != model.in_channels:
         raise GBPNError(f"the graph has {data.num_features} features per node but the checkpoint expects "
                         f"{model.in_channels}")
@@ -512,7 +516,13 @@ def _checkpoint_and_data(args: argparse.Namespace):
     mask = None
     if known == "train":
         if masks is None:
-            raise GBPNError("--known train needs labels in the graph to rebuild the training split")
+            raise GBPNError("--known train needs labels in the graph to rebuild the training split (a graph "
+                            "without labels: --known none)")
+        recorded = meta.get("labels_sha1")
+        if whose == "the checkpoint's split" and recorded and recorded != labels_fingerprint(data.y):
+            raise GBPNError(f"the labels of {dataset} changed since the checkpoint was trained, so its training split "
+                            "cannot be rebuilt: use --known none (features only) or --known labeled (every labelled "
+                            "node), or train again")
         mask = masks[0]
         if whose != "the checkpoint's split":
             logger.warning(f"{dataset} is not the graph the checkpoint was trained on: --known train clamps the "
@@ -550,7 +560,9 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from gbpn.config import resolve_device
     from gbpn.training import predict
 
-    for flag, given in (("--per-rank", args.per_rank), ("--parts-file", args.parts_file)):
+    partitioner = bool(_given_options(args, ["predict"], ("partitioner",)))
+    for flag, given in (("--per-rank", args.per_rank), ("--parts-file", args.parts_file),
+                        ("--partitioner", partitioner)):
         if given and rank_and_world()[1] < 2:
             raise GBPNError(f"{flag} is for partitioned inference over the ranks of torchrun (2 or more): launch "
                             "with torchrun, or leave it out")
@@ -791,6 +803,9 @@ def _check_degree_mode(args: argparse.Namespace) -> None:
         if given:
             raise GBPNError(f"{', '.join(given)}: only for the --fanouts study, which trains its own models; leave "
                             "out with --checkpoint")
+    elif _given_options(args, ["analyze", "degree"], ("known",)):
+        raise GBPNError("--known: only with --checkpoint (the evidence a trained model is read with); the --fanouts "
+                        "study conditions on each trial's training labels as it trains")
 
 
 def _ratio(value: float) -> str:

@@ -707,6 +707,11 @@ def load_dataset(
     files = {**dict.fromkeys(PLANETOID, _planetoid), **dict.fromkeys(COAUTHOR, _coauthor),
              **dict.fromkeys(WIKIPEDIA, _wikipedia), **dict.fromkeys(YANDEX, _yandex), **dict.fromkeys(OGB, _ogb),
              "elliptic": lambda _key, where: _elliptic(where)}
+    built_in = (key in files or key in ("election", "sexual") or key in REFERENCE_GRIDS
+                or (key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS))
+    if header is not None and built_in:
+        raise GBPNError(f"--header / --no-header describe your own folder's CSV files; {name} is a built-in data "
+                        "set: leave it out")
     if key in files:  # loaders that write a cache (raw copies, processed files): one process at a time
         with loading_lock(key):
             data = files[key](key, root)

@@ -13,6 +13,7 @@ already finished.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import logging
 import math
@@ -34,14 +35,22 @@ from gbpn.training import fit, model_args, predict
 logger = logging.getLogger(__name__)
 
 
-def data_source(dataset: str, data_dir: Optional[str]) -> Dict[str, Optional[str]]:
+def data_source(dataset: str, data_dir: Optional[str], header: Optional[bool] = None) -> Dict[str, Optional[str]]:
     """Where a run's graph came from, as absolute paths: enough to load it again from any folder.
     The data folder is recorded when one was given (``data_dir`` or ``$GBPN_DATA``), else ``None``:
-    the default cache then stays the default."""
+    the default cache then stays the default; a bring-your-own folder's ``header`` when one was given."""
     folder = Path(dataset).expanduser()
     given = data_dir or os.environ.get("GBPN_DATA")
-    return {"dataset": str(folder.resolve()) if folder.is_dir() else dataset,
-            "data_dir": str(data_root(given).resolve()) if given else None}
+    out = {"dataset": str(folder.resolve()) if folder.is_dir() else dataset,
+           "data_dir": str(data_root(given).resolve()) if given else None}
+    if header is not None and folder.is_dir():
+        out["header"] = header
+    return out
+
+
+def labels_fingerprint(y) -> str:
+    """A digest of the node labels, so that a split rebuilt from its seed is known to be the same one."""
+    return hashlib.sha1(np.ascontiguousarray(y.numpy().astype(np.int64)).tobytes()).hexdigest()
 
 
 def _summary(trials: list) -> Dict[str, float]:
@@ -73,7 +82,7 @@ def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split:
         "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"],
                                  data.num_nodes),
         "variant": res.config.variant, "dataset": data.name, "source": source, "sample": sample, "seed": seed,
-        "split": split,
+        "split": split, "labels_sha1": labels_fingerprint(data.y),
         "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
         "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
     }
@@ -144,7 +153,7 @@ def run_trials(
         first_train = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0][0]
         config = dataclasses.replace(config, dropout=default_dropout(data.num_features, int(first_train.sum())))
     out = Path(output)
-    source = data_source(dataset, data_dir)
+    source = data_source(dataset, data_dir, header)
     run_config = {
         "dataset": data.name,
         "source": source,
