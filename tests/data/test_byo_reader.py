@@ -193,7 +193,7 @@ def _folder(path, features="a,b\n1,2\n3,4\n5,6\n", edges="s,t\n0,1\n1,2\n", labe
 
 @pytest.mark.parametrize("edges,message", [
     ("s,t\n0,1\n1,2.5\n", r"edge 2 \(1, 2.5\) is not a pair of whole-number node ids"),
-    ("s,t\n0,1\n1,\n", r"edge 2 \(1, nan\) is not a pair"),
+    ("s,t\n0,1\n1,\n", r"edges.csv line 3, column 2 is empty"),
     ("s,t\n0,1\n1,7\n", r"edge 2 \(1, 7\) names a node outside 0..2: node ids count the rows of features.csv \(3\)"),
     ("s,t\n0,1\n-1,2\n", r"edge 2 \(-1, 2\) names a node outside"),
     ("s,t,u\n0,1,2\n1,2,0\n", "must have two columns"),
@@ -235,3 +235,52 @@ def test_bad_splits_say_what_is_wrong(tmp_path, masks, message):
     np.savez(g / "splits.npz", **{k: np.array(v) for k, v in masks.items()})
     with pytest.raises(GBPNError, match=message):
         load_byo(g)
+
+
+def _text_folder(folder, x, edges, y, ext=".csv", sep=","):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"features{ext}").write_text("\n".join(sep.join(f"{v:.6f}" for v in row) for row in x) + "\n")
+    (folder / f"edges{ext}").write_text("\n".join(f"{a}{sep}{b}" for a, b in edges) + "\n")
+    (folder / f"labels{ext}").write_text("\n".join(str(v) for v in y) + "\n")
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    x, edges, y = _graph()
+    _text_folder(tmp_path / "g", x, edges, y)
+    for name in ("edges.csv", "labels.csv"):  # Excel's "CSV UTF-8" starts with a BOM
+        p = tmp_path / "g" / name
+        p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    (tmp_path / "g" / "class_names.txt").write_bytes("\ufeffcat\ndog\nemu\n".encode())
+    d = load_byo(tmp_path / "g")
+    assert d.y.tolist() == y.tolist() and d.edge_index.T.tolist() == edges.tolist()
+    assert d.class_names == ["cat", "dog", "emu"]
+
+
+@pytest.mark.parametrize("name,content", [("labels.csv", "label\ncaf\xe9\n".encode("latin-1")),
+                                          ("features.csv", "a,b\n1,2\n".encode("utf-16")),
+                                          ("class_names.txt", "caf\xe9\n".encode("latin-1"))])
+def test_text_that_is_not_utf8_is_named(tmp_path, name, content):
+    x, edges, y = _graph()
+    _text_folder(tmp_path / "g", x, edges, y)
+    (tmp_path / "g" / name).write_bytes(content)
+    with pytest.raises(GBPNError, match=f"{name} is not UTF-8 text"):
+        load_byo(tmp_path / "g")
+
+
+def test_an_empty_cell_is_named_and_a_tsv_keeps_its_empty_columns(tmp_path):
+    x, edges, y = _graph()
+    _text_folder(tmp_path / "t", x, edges, y, ext=".tsv", sep="\t")
+    feats = tmp_path / "t" / "features.tsv"
+    lines = feats.read_text().splitlines()
+    cells = lines[3].split("\t")
+    cells[2] = ""
+    feats.write_text("\n".join(lines[:3] + ["\t".join(cells)] + lines[4:]) + "\n")
+    with pytest.raises(GBPNError, match=r"line 4, column 3 is empty"):  # not merged into 3 columns
+        load_byo(tmp_path / "t")
+    _text_folder(tmp_path / "c", x, edges, y)
+    first = (tmp_path / "c" / "features.csv").read_text().splitlines()
+    cells = first[0].split(",")
+    cells[1] = ""
+    (tmp_path / "c" / "features.csv").write_text("\n".join([",".join(cells)] + first[1:]) + "\n")
+    with pytest.raises(GBPNError, match="column 2 is empty"):
+        load_byo(tmp_path / "c")

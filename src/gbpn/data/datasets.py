@@ -392,13 +392,23 @@ class _Table:
     rows: np.ndarray
 
 
+# a UTF-8 byte order mark (Excel's "CSV UTF-8") is read past, not taken for part of the first field
+_ENCODING = "utf-8-sig"
+
+
 def _first_fields(path: Path) -> Tuple[Optional[str], List[str]]:
-    """The delimiter for pandas (``,`` or whitespace) and the fields of the first non-blank line."""
-    with open(path) as fh:
-        for line in fh:
-            if line.strip():
-                sep = "," if "," in line else r"\s+"
-                return sep, [t.strip().strip('"') for t in (line.split(",") if sep == "," else line.split())]
+    """The delimiter for pandas (``,``, a tab in a ``.tsv`` file, else whitespace) and the fields of
+    the first non-blank line."""
+    try:
+        with open(path, encoding=_ENCODING) as fh:
+            for line in fh:
+                if line.strip():
+                    sep = "," if "," in line else "\t" if path.suffix == ".tsv" else r"\s+"
+                    tokens = line.rstrip("\r\n").split(sep) if sep != r"\s+" else line.split()
+                    return sep, [t.strip().strip('"') for t in tokens]
+    except UnicodeDecodeError as err:
+        raise GBPNError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 (in Excel, "
+                        "'CSV UTF-8')") from None
     return None, []
 
 
@@ -414,7 +424,8 @@ def _first_non_number(path: Path, sep: str, skip: int) -> str:
     """Where the first field that is not a number sits (only called once a parse has failed)."""
     import pandas as pd
 
-    frame = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=str, keep_default_na=False)
+    frame = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=str, keep_default_na=False,
+                        encoding=_ENCODING)
     bad = frame.apply(lambda col: pd.to_numeric(col, errors="coerce").isna() & (col.str.strip() != ""))
     r, c = np.argwhere(bad.to_numpy())[0]
     return f"line {int(r) + 1 + skip}, column {int(c) + 1}: {frame.iat[r, c]!r} is not a number"
@@ -446,14 +457,14 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
     else:
         hint = (" (an unnamed first column is the index pandas writes unless to_csv(index=False))"
                 if fields[0] == "" else " (a comma at the end of a line leaves an empty last column: remove it)"
-                if fields[-1] == "" else "")
+                if fields[-1] == "" else f" (column {fields.index('') + 1} is empty)" if "" in fields else "")
         raise GBPNError(f"the first line of {path} mixes numbers and text ({','.join(fields)}){hint}: a header "
                         "holds only names and a data row only numbers; fix the line, or pass --header or --no-header")
     import pandas as pd
 
     skip = int(first == "header")
     try:
-        rows = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=np.float64).to_numpy()
+        rows = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=np.float64, encoding=_ENCODING).to_numpy()
     except pd.errors.EmptyDataError:  # only a header line
         rows = np.zeros((0, len(fields)))
     except (pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -487,16 +498,19 @@ def _check_row_lengths(path: Path, sep: str, skip: int, rows: np.ndarray) -> Non
     import re
 
     first_nan = int(np.isnan(rows).any(1).nonzero()[0][0])
-    with open(path, errors="replace") as fh:
+    with open(path, errors="replace", encoding=_ENCODING) as fh:
         data_lines = ((k + 1, line) for k, line in enumerate(fh) if line.strip())
         for _ in range(skip):
             next(data_lines, None)
         for r, (line_no, line) in enumerate(data_lines):
             if r == first_nan:
-                count = len(line.split(",") if sep == "," else re.split(sep, line.strip()))
-                if count < rows.shape[1]:
-                    raise GBPNError(f"{path} line {line_no} has {count} value(s) where the other rows have "
+                tokens = line.rstrip("\r\n").split(sep) if sep in (",", "\t") else re.split(sep, line.strip())
+                if len(tokens) < rows.shape[1]:
+                    raise GBPNError(f"{path} line {line_no} has {len(tokens)} value(s) where the other rows have "
                                     f"{rows.shape[1]}: every row needs one value per column")
+                col = int(np.isnan(rows[first_nan]).nonzero()[0][0])
+                if col < len(tokens) and not tokens[col].strip():
+                    raise GBPNError(f"{path} line {line_no}, column {col + 1} is empty: every cell needs a value")
                 return
 
 
@@ -653,7 +667,11 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
             raise GBPNError(f"{folder / 'splits.npz'} puts {int(unlabelled.sum())} node(s) without a label in a split")
     names = folder / "class_names.txt"
     if names.is_file():
-        data.class_names = [s.strip() for s in names.read_text().splitlines() if s.strip()]
+        try:
+            text = names.read_text(encoding=_ENCODING)
+        except UnicodeDecodeError as err:
+            raise GBPNError(f"{names} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+        data.class_names = [s.strip() for s in text.splitlines() if s.strip()]
         top = int(getattr(data, "num_classes", 0))
         if top > len(data.class_names):
             raise GBPNError(f"{paths['labels']} has label {top - 1} but {names} names {len(data.class_names)} "
