@@ -354,6 +354,10 @@ def fit(
     if masks is None:
         masks = random_split(data.y, config.train_frac, config.val_frac, seed)
     check_metric(config.metric, int(data.num_classes))
+    unseen = int(data.num_classes) - int(data.y[masks[0]].unique().numel())
+    if unseen > 0:
+        logger.warning(f"{desc}: {unseen} of {int(data.num_classes)} classes have no training node, so the model "
+                       "learns them from no example (label more nodes of those classes, or merge them)")
     if config.metric == "auto":
         config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0]))
     if config.potential != "auto":

@@ -284,3 +284,29 @@ def test_an_empty_cell_is_named_and_a_tsv_keeps_its_empty_columns(tmp_path):
     (tmp_path / "c" / "features.csv").write_text("\n".join([",".join(cells)] + first[1:]) + "\n")
     with pytest.raises(GBPNError, match="column 2 is empty"):
         load_byo(tmp_path / "c")
+
+
+def test_an_id_column_and_one_based_ids_are_warned_about(tmp_path, caplog):
+    x, edges, y = _graph()
+    x = np.column_stack([np.arange(6), x])  # an id column
+    _text_folder(tmp_path / "g", x, edges, y)  # the edges never name node 0
+    with caplog.at_level("WARNING", logger="gbpn"):
+        load_byo(tmp_path / "g")
+    assert "an id column is read as a feature" in caplog.text and "never names node 0" in caplog.text
+
+
+def test_classes_without_a_training_node_are_warned_about(caplog):
+    from torch_geometric.data import Data
+    import torch
+
+    from gbpn.config import TrainConfig
+    from gbpn.training import fit
+
+    n = 30
+    data = Data(x=torch.randn(n, 3), edge_index=torch.tensor([[0, 1], [1, 0]]), y=torch.arange(n) % 5)
+    masks = (torch.arange(n) < 6, (torch.arange(n) >= 6) & (torch.arange(n) < 12), torch.arange(n) >= 12)
+    masks[0][:] = False
+    masks[0][torch.tensor([0, 1, 5])] = True  # classes 0 and 1 only
+    with caplog.at_level("WARNING", logger="gbpn"):
+        fit(data, TrainConfig(epochs=1, hidden=8), masks=masks)
+    assert "3 of 5 classes have no training node" in caplog.text

@@ -644,6 +644,13 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
         raise GBPNError(f"{paths['edges']} must have two columns (source, target), got {edges.shape[1]}")
     else:
         _check_node_ids(paths["edges"], paths["features"], edges, x.shape[0])
+        if x.shape[0] > 2 and edges.min() == 1 and not (edges == 0).any():
+            log.warning("%s never names node 0: if its ids count from 1, every node is shifted by one (ids are "
+                        "0-based rows of %s)", paths["edges"], paths["features"].name)
+    n = x.shape[0]
+    if n > 2 and x.shape[1] > 1 and any(np.array_equal(x[:, 0], np.arange(n) + b) for b in (0, 1)):
+        log.warning("the first column of %s counts the rows (%s..%d): an id column is read as a feature; drop it "
+                    "(rows are matched to nodes by position)", paths["features"], int(x[0, 0]), int(x[-1, 0]))
     if edges.size and (edges[:, 0] == edges[:, 1]).all():
         log.warning("%s holds only self-loops, which BP drops: every node is isolated and its belief is its own "
                     "evidence", paths["edges"])
