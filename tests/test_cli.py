@@ -289,6 +289,11 @@ def test_config_reruns_a_recorded_run_exactly(tmp_path, capsys):
     assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--epochs", "3", "-K", "2",
                  "--output", str(tmp_path / "c"), "-q"]) == 2
     assert "--epochs, --steps would be ignored" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    # a run of two torchrun processes, rerun by one: said, as the mini-batches differ
+    two = json.loads((tmp_path / "a" / "config.json").read_text())
+    (tmp_path / "two.json").write_text(json.dumps({**two, "world_size": 2}))
+    assert main(["train", "--config", str(tmp_path / "two.json"), "--output", str(tmp_path / "d"), "-q"]) == 0
+    assert "was run by 2 process(es) and this rerun has 1" in capsys.readouterr().err
     # typed at its default value, an option is still one --config would ignore
     assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--seed", "0", "--epochs", "500",
                  "--output", str(tmp_path / "c"), "-q"]) == 2

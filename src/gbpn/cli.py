@@ -355,6 +355,11 @@ def _recorded_run(path: str) -> tuple:
         if unknown:
             raise GBPNError(f"{path} sets options this version does not know: {', '.join(unknown)}")
         source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
+        recorded, world = int(rec.get("world_size", 1)), rank_and_world()[1]
+        if recorded != world:
+            logger.warning(f"{path} was run by {recorded} process(es) and this rerun has {world}: data-parallel "
+                           f"mini-batches differ, so will the results (torchrun --nproc_per_node {recorded} reruns it "
+                           "exactly)")
         return (source["dataset"], source["data_dir"], rec.get("sample", 0), rec["seed"], rec["trials"],
                 TrainConfig(**rec["train"]), source.get("header"))
     except (OSError, ValueError, KeyError, TypeError) as err:
