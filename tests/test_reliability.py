@@ -197,6 +197,17 @@ def test_table_only_rebuilds_the_recorded_grid_and_refuses_a_folder_without_one(
     assert "no finished runs" in capsys.readouterr().err and not (tmp_path / "none").exists()
 
 
+def test_table_only_refuses_a_train_folder_and_options_it_would_ignore(graph, tmp_path, capsys):
+    assert _train(["--dataset", str(graph)], tmp_path / "t") == 0
+    capsys.readouterr()
+    assert main(["benchmark", "--table-only", "--output", str(tmp_path / "t")]) == 2
+    assert "is not a benchmark grid's" in capsys.readouterr().err
+    assert _benchmark([str(graph)], tmp_path / "grid") == 0
+    capsys.readouterr()
+    assert main(["benchmark", "--table-only", "--trials", "3", "--output", str(tmp_path / "grid")]) == 2
+    assert "--trials would be ignored" in capsys.readouterr().err
+
+
 def test_benchmark_on_a_bad_folder_writes_nothing(tmp_path, capsys):
     g = _folder(tmp_path / "g", [0, 1])
     x = np.loadtxt(g / "features.csv", delimiter=",", skiprows=1)
@@ -301,3 +312,12 @@ def test_predict_reads_the_folder_as_training_did_and_refuses_changed_labels(tmp
     assert main(["predict", "--checkpoint", ckpt, "--output", str(tmp_path / "q.csv"), "-q"]) == 2
     assert "labels of" in capsys.readouterr().err
     assert main(["predict", "--checkpoint", ckpt, "--known", "none", "--output", str(tmp_path / "q.csv"), "-q"]) == 0
+    # a split read from splits.npz does not depend on the labels: still rebuilt after they change
+    _folder(tmp_path / "s", [0, 1, 2])
+    np.savez(tmp_path / "s" / "splits.npz", train=np.arange(40) < 12, val=(np.arange(40) >= 12) & (np.arange(40) < 20),
+             test=np.arange(40) >= 20)
+    assert _train(["--dataset", str(tmp_path / "s")], tmp_path / "ts") == 0
+    labels = (tmp_path / "s" / "labels.csv").read_text().splitlines()
+    (tmp_path / "s" / "labels.csv").write_text("\n".join(labels[:30] + ["2"] + labels[31:]) + "\n")
+    assert main(["predict", "--checkpoint", str(tmp_path / "ts" / "model.pt"), "--output", str(tmp_path / "r.csv"),
+                 "-q"]) == 0

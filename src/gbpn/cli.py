@@ -355,8 +355,8 @@ def _recorded_run(path: str) -> tuple:
         if unknown:
             raise GBPNError(f"{path} sets options this version does not know: {', '.join(unknown)}")
         source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
-        recorded, world = int(rec.get("world_size", 1)), rank_and_world()[1]
-        if recorded != world:
+        recorded, (rank, world) = rec.get("world_size"), rank_and_world()
+        if recorded is not None and int(recorded) != world and rank == 0:
             logger.warning(f"{path} was run by {recorded} process(es) and this rerun has {world}: data-parallel "
                            f"mini-batches differ, so will the results (torchrun --nproc_per_node {recorded} reruns it "
                            "exactly)")
@@ -524,7 +524,8 @@ def _checkpoint_and_data(args: argparse.Namespace):
             raise GBPNError("--known train needs labels in the graph to rebuild the training split (a graph "
                             "without labels: --known none)")
         recorded = meta.get("labels_sha1")
-        if whose == "the checkpoint's split" and recorded and recorded != labels_fingerprint(data.y):
+        public = (meta.get("split") or {}).get("kind") == "public"  # read from the data set, not drawn from labels
+        if whose == "the checkpoint's split" and not public and recorded and recorded != labels_fingerprint(data.y):
             raise GBPNError(f"the labels of {dataset} changed since the checkpoint was trained, so its training split "
                             "cannot be rebuilt: use --known none (features only) or --known labeled (every labelled "
                             "node), or train again")
@@ -539,7 +540,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
             logger.warning(f"--known labeled: {dataset} has no labelled node, so nothing is clamped")
         if masks is not None and bool((mask & masks[2]).any()):
             logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
-                           f"{whose}: scoring this output on them measures nothing (use --known train)")
+                           f"{whose}: scoring this output on them measures nothing (--known train clamps the training split only)")
     return model, meta, data, masks, mask, known
 
 
@@ -672,6 +673,14 @@ def _recorded_grid(args: argparse.Namespace, output: Path) -> None:
         raise GBPNError(f"{output} holds no benchmark grid (no config.json): give the --output folder of a grid "
                         "that has run, or name it with --preset or --models and --datasets")
     grid = read_json(output / "config.json")
+    if not isinstance(grid, dict) or not {"models", "datasets"} <= set(grid):
+        raise GBPNError(f"{output / 'config.json'} is not a benchmark grid's (no models and datasets): give the "
+                        "--output folder of a gbpn benchmark run")
+    given = _given_options(args, ["benchmark"], ("trials", "epochs", "seed", "batch_size", "patience", "metric",
+                                                 "dropout"))
+    if given:
+        raise GBPNError(f"--table-only reads the grid's settings from {output / 'config.json'}, so {', '.join(given)} "
+                        "would be ignored: leave them out")
     args.models, args.datasets = args.models or grid["models"], args.datasets or grid["datasets"]
     args.quick = False
     for key in ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout"):
@@ -808,7 +817,7 @@ def _check_degree_mode(args: argparse.Namespace) -> None:
         if given:
             raise GBPNError(f"{', '.join(given)}: only for the --fanouts study, which trains its own models; leave "
                             "out with --checkpoint")
-    elif _given_options(args, ["analyze", "degree"], ("known",)):
+    elif args.fanouts and _given_options(args, ["analyze", "degree"], ("known",)):
         raise GBPNError("--known: only with --checkpoint (the evidence a trained model is read with); the --fanouts "
                         "study conditions on each trial's training labels as it trains")
 

@@ -36,6 +36,11 @@ class ReverseIndexData(Data):
         return super().edge_subgraph(subset)._refresh()
 
 
+# a dataset saved with this class (e.g. by a pre_transform) reloads under torch.load(weights_only=True)
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([ReverseIndexData])
+
+
 def attach_reverse_index(data: Data, rev: torch.Tensor) -> Data:
     """``data.rev_index = rev``, making a plain ``Data`` a :class:`ReverseIndexData` (in place) so
     that batching and subgraphs keep the index right."""

@@ -267,7 +267,7 @@ def test_text_that_is_not_utf8_is_named(tmp_path, name, content):
         load_byo(tmp_path / "g")
 
 
-def test_an_empty_cell_is_named_and_a_tsv_keeps_its_empty_columns(tmp_path):
+def test_an_empty_cell_is_named_and_a_tsv_keeps_its_columns(tmp_path):
     x, edges, y = _graph()
     _text_folder(tmp_path / "t", x, edges, y, ext=".tsv", sep="\t")
     feats = tmp_path / "t" / "features.tsv"
@@ -275,8 +275,15 @@ def test_an_empty_cell_is_named_and_a_tsv_keeps_its_empty_columns(tmp_path):
     cells = lines[3].split("\t")
     cells[2] = ""
     feats.write_text("\n".join(lines[:3] + ["\t".join(cells)] + lines[4:]) + "\n")
-    with pytest.raises(GBPNError, match=r"line 4, column 3 is empty"):  # not merged into 3 columns
+    with pytest.raises(GBPNError, match=r"line 4 has an empty field \(two tabs in a row\)"):  # not merged away
         load_byo(tmp_path / "t")
+    # trailing tabs and space-separated lines in a .tsv still read as before
+    _text_folder(tmp_path / "u", x, edges, y, ext=".tsv", sep="\t")
+    feats = tmp_path / "u" / "features.tsv"
+    feats.write_text("".join(line + "\t\n" for line in feats.read_text().splitlines()))
+    (tmp_path / "u" / "edges.tsv").write_text("\n".join(f"{a} {b}" for a, b in edges) + "\n")
+    d = load_byo(tmp_path / "u")
+    assert np.allclose(d.x.numpy(), x, atol=1e-6) and d.edge_index.T.tolist() == edges.tolist()
     _text_folder(tmp_path / "c", x, edges, y)
     first = (tmp_path / "c" / "features.csv").read_text().splitlines()
     cells = first[0].split(",")

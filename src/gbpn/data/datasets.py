@@ -397,15 +397,13 @@ _ENCODING = "utf-8-sig"
 
 
 def _first_fields(path: Path) -> Tuple[Optional[str], List[str]]:
-    """The delimiter for pandas (``,``, a tab in a ``.tsv`` file, else whitespace) and the fields of
-    the first non-blank line."""
+    """The delimiter for pandas (``,`` or whitespace) and the fields of the first non-blank line."""
     try:
         with open(path, encoding=_ENCODING) as fh:
             for line in fh:
                 if line.strip():
-                    sep = "," if "," in line else "\t" if path.suffix == ".tsv" else r"\s+"
-                    tokens = line.rstrip("\r\n").split(sep) if sep != r"\s+" else line.split()
-                    return sep, [t.strip().strip('"') for t in tokens]
+                    sep = "," if "," in line else r"\s+"
+                    return sep, [t.strip().strip('"') for t in (line.split(",") if sep == "," else line.split())]
     except UnicodeDecodeError as err:
         raise GBPNError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 (in Excel, "
                         "'CSV UTF-8')") from None
@@ -474,6 +472,8 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
                         + ("; pass --header if the first line is a header" if header is False else "")) from None
     if len(fields) == 1:  # one value per line: a blank line is an empty cell, not a stray line
         _check_blank_lines(path)
+    if sep != "," and path.suffix == ".tsv":
+        _check_empty_tab_fields(path)
     if rows.size and np.isnan(rows).any():
         _check_row_lengths(path, sep, skip, rows)
     return _Table(path, first, rows)
@@ -491,6 +491,18 @@ def _check_blank_lines(path: Path) -> None:
         line = text.count(b"\n", 0, gap.start()) + 2
         raise GBPNError(f"{path} line {line} is empty: every node needs its row (in a labels file, -1 marks an "
                         "unknown label); fill it in or delete the line")
+
+
+def _check_empty_tab_fields(path: Path) -> None:
+    """Whitespace separation merges two tabs into one: an empty field between them would vanish and
+    shift the columns after it, so it is named instead."""
+    import re
+
+    text = path.read_bytes().decode(_ENCODING, errors="replace")
+    gap = re.search(r"\S\t[ ]*\t[ ]*\S", text)
+    if gap:
+        line = text.count("\n", 0, gap.start()) + 1
+        raise GBPNError(f"{path} line {line} has an empty field (two tabs in a row): every cell needs a value")
 
 
 def _check_row_lengths(path: Path, sep: str, skip: int, rows: np.ndarray) -> None:
