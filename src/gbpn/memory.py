@@ -180,19 +180,39 @@ def huge_empty(*shape: int, dtype: torch.dtype) -> Tensor:
     return _huge(shape, dtype, zero=False)
 
 
+def _cgroup_headroom() -> float:
+    """Bytes left under this process's cgroup memory limit (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``; its own group where mounted, else the root of the mount); inf
+    without a limit."""
+    groups = {}
+    with contextlib.suppress(OSError):
+        with open("/proc/self/cgroup") as fh:  # "0::/path" (v2), "4:memory:/path" (v1)
+            for line in fh:
+                _, kind, path = line.rstrip("\n").split(":", 2)
+                groups[kind] = path.rstrip("/")
+    for kind, root, limit_file, usage_file in (("", "/sys/fs/cgroup", "memory.max", "memory.current"),
+                                               ("memory", "/sys/fs/cgroup/memory", "memory.limit_in_bytes",
+                                                "memory.usage_in_bytes")):
+        if kind not in groups:
+            continue
+        for base in (root + groups[kind], root):
+            with contextlib.suppress(OSError, ValueError):
+                with open(f"{base}/{limit_file}") as fh:
+                    limit = fh.read().strip()
+                if limit == "max" or int(limit) >= 1 << 60:  # no limit
+                    return math.inf
+                with open(f"{base}/{usage_file}") as fh:
+                    return int(limit) - int(fh.read())
+    return math.inf
+
+
 def _meminfo_available() -> float:
-    """``MemAvailable`` of ``/proc/meminfo``, capped by a cgroup v2 limit; inf where neither exists."""
+    """``MemAvailable`` of ``/proc/meminfo`` (inf where it is missing), capped by the cgroup's headroom."""
     avail = math.inf
     with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
         with open("/proc/meminfo") as fh:
             avail = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
-    with contextlib.suppress(OSError, ValueError):
-        with open("/sys/fs/cgroup/memory.max") as fh:
-            limit = fh.read().strip()
-        if limit != "max":
-            with open("/sys/fs/cgroup/memory.current") as fh:
-                avail = min(avail, int(limit) - int(fh.read()))
-    return avail
+    return min(avail, _cgroup_headroom())
 
 
 def available_memory() -> float:

@@ -90,7 +90,9 @@ def test_kept_messages_give_the_eager_gradients(dtype, weights, monkeypatch):
     kw = dict(known_labels=labels, known_mask=known, message_weight=mw)
     kept = []
     keeps = fused.keeps_messages
-    monkeypatch.setattr(fused, "keeps_messages", lambda *a: kept.append(keeps(*a)) or kept[-1])
+    # the calls of this graph only (c = 12): a first float32 call also runs the kernels' self-test
+    monkeypatch.setattr(fused, "keeps_messages",
+                        lambda *a: kept.append(keeps(*a)) or kept[-1] if a[2] == c else keeps(*a))
     for fraction in (0.25, 0.0):  # kept, then recomputed (the default)
         monkeypatch.setattr(fused, "KEEP_MESSAGES_FRACTION", fraction)
         eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
