@@ -206,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="under torchrun: no gather on rank 0; every rank writes its own nodes' rows (node = the "
                         "graph's node id) to the output name with .rankR-of-W before its suffix, for graphs whose "
                         "N x classes probabilities do not fit on one rank")
-    p.add_argument("--output", default=None, help="CSV to write (a folder: predictions.csv in it; default: predictions.csv beside the "
+    p.add_argument("--output", default=None,
+                   help="CSV to write (a folder: predictions.csv in it; default: predictions.csv beside the "
                         "checkpoint)")
 
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
@@ -436,14 +437,9 @@ def _refuse_inapplicable(args: argparse.Namespace) -> None:
                             "be ignored; leave it out or add what it needs")
 
 
-def _dataset_name(dataset: str) -> str:
-    """How a run names its data set: a folder by its last component (``~`` expanded), a name as it is."""
-    path = Path(os.path.abspath(os.path.expanduser(dataset)))
-    return path.name if path.is_dir() else dataset
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
     from gbpn.config import TrainConfig
+    from gbpn.data.datasets import dataset_name
     from gbpn.experiments.runner import run_trials
 
     if args.config:
@@ -470,7 +466,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from gbpn.training import check_data_parallel
 
         check_data_parallel(config)
-    name = _dataset_name(dataset)
+    name = dataset_name(dataset)
     potential = "" if config.potential == "mlp" else f"-{config.potential}"
     output = args.output or f"runs/{name}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=not args.quiet,
@@ -829,7 +825,7 @@ def _ratio(value: float) -> str:
 def _cmd_sampling_study(args: argparse.Namespace) -> int:
     """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
     from gbpn.config import TrainConfig
-    from gbpn.data.datasets import load_dataset
+    from gbpn.data.datasets import dataset_name, load_dataset
     from gbpn.experiments import sampling
     from gbpn.io import versions, write_json
 
@@ -837,14 +833,13 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
     args.dataset = args.dataset or DEFAULT_DATASET
     data = load_dataset(args.dataset, args.data_dir, sample=args.sample or 0, header=args.header)
-    name = _dataset_name(args.dataset)
+    name = dataset_name(args.dataset)
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")
     record = {"command": f"analyze {args.analysis}", "dataset": name, "args": vars(args), "versions": versions()}
     if kind == "sampling":
         if args.fanout is None:
-            max_deg = int(torch.bincount(data.edge_index[1], minlength=data.num_nodes).max()) if data.num_edges else 0
-            args.fanout = max(1, min(5, max_deg - 1))
+            args.fanout = max(1, min(5, sampling.largest_degree(data) - 1))
         if args.fanout < 1 or args.hops < 1:
             raise GBPNError("--fanout and --hops must be positive")
         config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size, fanout=args.fanout,

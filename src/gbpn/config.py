@@ -25,7 +25,7 @@ def default_dropout(num_features: int, num_train: int) -> float:
 
 
 # the command-line flags of the fields whose flag is not the field's name with dashes
-_FLAGS = {"num_steps": "--steps", "num_hidden": "--mlp-layers", "num_hops": "--hops", "hidden": "--hidden"}
+_FLAGS = {"num_steps": "--steps", "num_hidden": "--mlp-layers", "num_hops": "--hops"}
 
 
 def _option(name: str) -> str:

@@ -708,6 +708,13 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     return data
 
 
+def dataset_name(dataset: str) -> str:
+    """How runs and tables name a data set: a folder by its last component (``~`` and ``.`` expanded),
+    a built-in name as it is."""
+    path = Path(os.path.abspath(os.path.expanduser(dataset)))
+    return path.name if path.is_dir() else dataset
+
+
 def check_dataset_name(name: str) -> None:
     """Raise :class:`GBPNError` unless ``name`` is a data set of :func:`available_datasets` or an existing
     folder: the check :func:`load_dataset` makes first, without loading anything."""

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gbpn.config import TrainConfig
-from gbpn.data.datasets import check_dataset_name, load_dataset
+from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
@@ -267,8 +267,7 @@ def run_grid(
                                              "versions": versions()})
             recorded = True
     # a bring-your-own folder is named by its last path component in rows and tables
-    source = {(Path(os.path.abspath(os.path.expanduser(d))).name if os.path.isdir(os.path.expanduser(d)) else d): d
-              for d in datasets}
+    source = {dataset_name(d): d for d in datasets}
     datasets = list(source)
     # an auto model is chosen from its candidates' own rows, run first: a grid resumes per candidate,
     # shares them with the same models asked for on their own, and a new candidate trains only itself

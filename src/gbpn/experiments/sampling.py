@@ -14,6 +14,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.config import TrainConfig
+from gbpn.data.graph import degree
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
 from gbpn.io import save_figure, write_csv
@@ -26,6 +27,11 @@ RATIOS = tuple(f"{k}_{a}_vs_{b}" for k in ("total", "median")
 
 def _known(config: TrainConfig, train_mask: Tensor) -> Optional[Tensor]:
     return train_mask if config.variant == "gbpn" else None
+
+
+def largest_degree(data: Data) -> int:
+    """The most neighbours any node has (0 without edges)."""
+    return int(degree(data.edge_index, data.num_nodes).max()) if data.num_edges else 0
 
 
 def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int = 0) -> Dict[str, List[Dict]]:
@@ -43,7 +49,7 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     """
     if config.batch_size is None or config.fanout is None:
         raise GBPNError("the variance study trains on sampled trees: give a batch size and a fanout")
-    max_deg = int(torch.bincount(data.edge_index[1], minlength=data.num_nodes).max()) if data.num_edges else 0
+    max_deg = largest_degree(data)
     if max_deg <= config.fanout:
         raise GBPNError(f"no node has more than {config.fanout} neighbours (the largest degree is {max_deg}), "
                         f"so every sampler keeps all of them and there is no variance to compare: "
@@ -194,4 +200,4 @@ def save_subsampling_study(rows: List[Dict], out_dir: str | Path, title: str = "
     save_figure(fig, out / "subsampling")
 
 
-__all__ = ["variance_study", "save_variance_study", "subsampling_study", "save_subsampling_study", "degree_split"]
+__all__ = ["largest_degree", "variance_study", "save_variance_study", "subsampling_study", "save_subsampling_study", "degree_split"]

@@ -44,11 +44,17 @@ def _check_per_edge(name: str, w: Optional[Tensor], num_edges: int) -> None:
         raise ValueError(f"{name} holds NaN or inf")
 
 
-def _check_ids(name: str, index: Tensor, num_nodes: int) -> None:
+def _check_range(name: str, index: Tensor, num_nodes: int, where: str = "") -> bool:
+    """An integer ``[2, E]`` tensor of ids in ``0..num_nodes-1`` (``where``: said after the range)."""
     if index.dim() != 2 or index.size(0) != 2 or index.is_floating_point() or index.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of shape [2, E], got {index.dtype} {tuple(index.shape)}")
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
-        raise ValueError(f"{name} refers to nodes outside 0..{num_nodes - 1}")
+        raise ValueError(f"{name} refers to nodes outside 0..{num_nodes - 1}{where}")
+    return True
+
+
+def _check_ids(name: str, index: Tensor, num_nodes: int) -> None:
+    _check_range(name, index, num_nodes)
     loops = index[0] == index[1]
     if bool(loops.any()):
         node = int(index[0, loops.nonzero()[0, 0]])
@@ -59,14 +65,11 @@ def _check_ids(name: str, index: Tensor, num_nodes: int) -> None:
 def check_node_ids(edge_index: Tensor, num_nodes: int) -> None:
     """``ValueError`` unless ``edge_index`` is an integer ``[2, E]`` tensor of ids in ``0..num_nodes-1``:
     for the encoders, which index their adjacency with the ids before BP's own checks run (an id
-    past the features' rows would write outside their buffers)."""
+    past the features' rows would write outside their buffers). Once per graph, as BP's checks."""
     if not _enabled or torch.compiler.is_compiling():
         return
-    index = edge_index
-    if index.dim() != 2 or index.size(0) != 2 or index.is_floating_point() or index.dtype == torch.bool:
-        raise ValueError(f"edge_index must be an integer tensor of shape [2, E], got {index.dtype} {tuple(index.shape)}")
-    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= num_nodes):
-        raise ValueError(f"edge_index refers to nodes outside 0..{num_nodes - 1} (x has {num_nodes} rows)")
+    _checked_graphs.get([edge_index], ("node ids", num_nodes),
+                        lambda: _check_range("edge_index", edge_index, num_nodes, f" (x has {num_nodes} rows)"))
 
 
 def _check_graph(edge_index: Tensor, rev_index: Optional[Tensor], num_nodes: int) -> bool:
