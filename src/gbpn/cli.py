@@ -112,8 +112,8 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
                         "instead of keeping it apart")
     p.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation (epochs, --potential auto) and the reported score; auto: "
-                        "roc_auc for binary labels with a minority class under 30%%, accuracy otherwise "
-                        "(default: auto)")
+                        "roc_auc for binary labels with a minority class under 30%% of the labelled nodes, accuracy "
+                        "otherwise (default: auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation for GBPN and the full-batch baselines (LP and C&S: their "
                         "alphas), reported beside accuracy; auto: roc_auc for binary labels with a minority class "
-                        "under 30%%, accuracy otherwise (default: auto)")
+                        "under 30%% of the labelled nodes, accuracy otherwise (default: auto)")
     b.add_argument("--save-predictions", action="store_true",
                    help="also write every run's class probabilities on every node (predictions/<dataset>__<model>"
                         "__<trial>.csv) and each GBPN run's checkpoint (checkpoints/...pt); not for the mini-batch "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -50,8 +51,22 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
         raise
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (an undefined score, e.g. ROC AUC on one class) as ``None``:
+    JSON has no NaN, and strict parsers (``jq``, browsers) reject Python's bare ``NaN``."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, sort_keys=False, default=str))
+    """``obj`` as strict JSON (undefined numbers as ``null``), written atomically."""
+    text = json.dumps(strict_json(obj), indent=2, sort_keys=False, default=str, allow_nan=False)
+    atomic_write(path, lambda fh: fh.write(text))
 
 
 def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:

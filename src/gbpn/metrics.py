@@ -69,10 +69,11 @@ def check_metric(metric: str, num_classes: int, dataset: str = "the graph") -> N
                         "accuracy, macro_f1 or auto")
 
 
-def default_metric(y: Tensor, num_classes: int, mask: Tensor = None) -> str:
-    """``roc_auc`` for binary labels whose minority class is under 30% of the labelled nodes
-    (accuracy hides a poor ranking there), ``accuracy`` otherwise."""
-    labels = y[y >= 0] if mask is None else y[mask]
+def default_metric(y: Tensor, num_classes: int) -> str:
+    """``roc_auc`` for binary labels whose minority class is under 30% of the graph's labelled nodes
+    (accuracy hides a poor ranking there), ``accuracy`` otherwise. A property of the graph, not of a
+    split, so every trial and model of a run is scored alike (labels < 0 count as unlabelled)."""
+    labels = y[y >= 0]
     if num_classes != 2 or labels.numel() == 0:
         return "accuracy"
     share = float((labels == 1).float().mean())

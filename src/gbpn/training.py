@@ -303,7 +303,8 @@ def candidate_name(config: TrainConfig) -> str:
 def select_by_validation(val_scores: Sequence[float]) -> int:
     """Index of the best validation score (ties: the earlier, i.e. simpler, candidate; NaN never
     wins). Only validation scores are passed in: test labels never take part."""
-    vals = [v if v == v else -math.inf for v in val_scores]  # NaN (e.g. one class in validation) never wins
+    # NaN (e.g. one class in validation; null once read back from JSON) never wins
+    vals = [v if v is not None and v == v else -math.inf for v in val_scores]
     return max(range(len(vals)), key=lambda i: (vals[i], -i))
 
 
@@ -359,7 +360,7 @@ def fit(
         logger.warning(f"{desc}: {unseen} of {int(data.num_classes)} classes have no training node, so the model "
                        "learns them from no example (label more nodes of those classes, or merge them)")
     if config.metric == "auto":
-        config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0]))
+        config = replace(config, metric=default_metric(data.y, int(data.num_classes)))
     if config.potential != "auto":
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
     candidates, results = auto_candidates(config), []

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,6 +65,22 @@ def test_read_only_data_dir_is_not_written(data_dir, tmp_path, monkeypatch):
 def test_missing_dataset_names_the_folder_and_files(tmp_path):
     with pytest.raises(DatasetNotFoundError, match="county_facebook.*adj.csv"):
         load_dataset("election", str(tmp_path))
+
+
+def test_a_failed_download_leaves_no_folders_behind(tmp_path):
+    from gbpn.data.datasets import _pyg
+
+    def offline(root):  # what PyG does without a network: make raw/, then fail to fetch into it
+        (Path(root) / "Cora" / "raw").mkdir(parents=True)
+        raise OSError("Name or service not known")
+
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "note.txt").write_text("a user's file")
+    for root in (tmp_path / "typo", tmp_path / "kept"):
+        with pytest.raises(DatasetNotFoundError, match="could not download"):
+            _pyg(offline, root, "planetoid/Cora", "cora", ["ind.cora.x"])
+    assert not (tmp_path / "typo").exists()  # made by the failed load: gone again
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["note.txt"]  # the user's folder stays
 
 
 def test_unknown_dataset_lists_the_choices():

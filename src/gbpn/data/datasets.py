@@ -149,7 +149,28 @@ def _library_output_to_log() -> Iterator[None]:
         sink.write("\n")  # an unfinished last line
 
 
+@contextlib.contextmanager
+def _tidy_on_failure(folder: Path) -> Iterator[None]:
+    """If the body fails, remove the empty folders it made in ``folder`` and the ancestors it created
+    (PyG and OGB make ``raw/`` before a download fails): a typo in ``--data-dir`` leaves nothing behind."""
+    new = [p for p in [folder, *folder.parents] if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        if new and new[-1].is_dir():
+            made = sorted((p for p in new[-1].rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            for d in [*made, *new]:  # deepest first; a folder that holds anything stays
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+        raise
+
+
 def _pyg(make: Callable[[str], object], root: Path, sub: str, name: str, files: Sequence[str]) -> Data:
+    with _tidy_on_failure(root / sub):
+        return _pyg_load(make, root, sub, name, files)
+
+
+def _pyg_load(make: Callable[[str], object], root: Path, sub: str, name: str, files: Sequence[str]) -> Data:
     where = _writable_copy(root, sub)
     try:
         with _library_output_to_log():
@@ -222,7 +243,7 @@ def _ogb(key: str, root: Path) -> Data:
     downloaded by ``ogb`` when absent and online. The official split becomes
     ``public_splits``. The graph is made undirected, as in the paper."""
     try:
-        from ogb.nodeproppred import PygNodePropPredDataset
+        import ogb.nodeproppred  # noqa: F401
     except ImportError:
         raise GBPNError(f"{key} needs the ogb package: pip install ogb (or pip install 'gbpn[scale]')") from None
     sub = key.replace("-", "_")
@@ -231,6 +252,13 @@ def _ogb(key: str, root: Path) -> Data:
         # ogb would stop and ask on stdin whether to delete the folder
         raise DatasetNotFoundError(f"{src} is not an OGB dataset folder (RELEASE_v1.txt is missing); "
                                    "unpack the OGB zip there or remove the folder")
+    with _tidy_on_failure(src):
+        return _ogb_load(key, root, sub, src)
+
+
+def _ogb_load(key: str, root: Path, sub: str, src: Path) -> Data:
+    from ogb.nodeproppred import PygNodePropPredDataset
+
     where = _writable_copy(root, sub, whole=True)
     where.mkdir(parents=True, exist_ok=True)
     # ogb reloads the file it has just written with a bare torch.load, which torch >= 2.6

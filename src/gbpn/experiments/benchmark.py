@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -142,10 +143,15 @@ def _model_names() -> List[str]:
     return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS]
 
 
+def _number(value) -> float:
+    """A score read back from JSON: null (undefined) as NaN."""
+    return math.nan if value is None else float(value)
+
+
 def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
     cells: Dict = {}
     for r in rows:
-        cells.setdefault((r["dataset"], r["model"]), []).append(100 * r["test_accuracy"])
+        cells.setdefault((r["dataset"], r["model"]), []).append(100 * _number(r["test_accuracy"]))
     lines = ["| dataset | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
     for ds in datasets:
         stats = {m: cells.get((ds, m)) for m in models}
@@ -168,7 +174,7 @@ def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], tri
 
 
 def _cell(values: List[float]) -> str:
-    v = 100 * np.asarray(values)
+    v = 100 * np.asarray(values, dtype=float)  # null (an undefined score) reads as NaN
     return f"{v.mean():.1f} ± {v.std(ddof=1) if v.size > 1 else 0.0:.1f}"
 
 
@@ -198,10 +204,10 @@ def potential_table(rows: List[Dict], datasets: Sequence[str], auto_model: str =
             base = {m: [r[f"test_{metric}"] for r in rows if r["dataset"] == ds and r["model"] == m
                         and f"test_{metric}" in r and r["trial"] in trials] for m in baselines}
             base = {m: v for m, v in base.items() if v}
-            best_base = max(base, key=lambda m: np.mean(base[m])) if base else None
-            means = {k: float(np.mean(v)) for k, v in cells.items() if v}
+            best_base = max(base, key=lambda m: np.mean(np.asarray(base[m], dtype=float))) if base else None
+            means = {k: float(np.mean(np.asarray(v, dtype=float))) for k, v in cells.items() if v}
             if best_base:
-                means["base"] = float(np.mean(base[best_base]))
+                means["base"] = float(np.mean(np.asarray(base[best_base], dtype=float)))
             top = max(means.values())
             bold = lambda key, txt: f"**{txt}**" if means.get(key) == top else txt  # noqa: E731
             chose = ", ".join(f"{c} {n}" for c, n in sorted(
@@ -322,25 +328,27 @@ def run_grid(
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
             start = time.perf_counter()
+            resolved = default_metric(data.y, int(data.num_classes)) if metric == "auto" else metric
             if members.get(m):
                 cands = []
                 for g, _ in members[m]:
                     while not cell(d, g, t):  # another worker is running it
                         time.sleep(5)
                     cands.append(read_json(rows_dir / f"{d}__{g}__{t}.json"))
-                resolved = default_metric(data.y, int(data.num_classes), masks[0]) if metric == "auto" else metric
                 metrics = compose_auto(members[m], cands, resolved)
                 if save_predictions:
                     chosen = {n: g for g, n in members[m]}[metrics["potential"]]
                     _copy_outputs(out, f"{d}__{chosen}__{t}", name.name)
             else:
-                metrics = run_one(m, data, masks, s, epochs, batch_size, patience, metric, keep=save_predictions,
+                metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved, keep=save_predictions,
                                   dropout=dropout)
                 if save_predictions:
                     metrics, kept = metrics
                     _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))
                 metrics["seconds"] = time.perf_counter() - start
             row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
+                   # the selection metric (the mini-batch baselines select on accuracy whatever is asked)
+                   "metric": "accuracy" if m in LARGE_MODELS else resolved,
                    # numbers, the chosen potential's name and lists (the learned H)
                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
@@ -362,7 +370,7 @@ def run_grid(
         raise GBPNError(f"no finished runs of this grid in {out}: run it without --table-only first")
     if rows:
         keys = ["dataset", "model", "trial", "seed", "split", "test_accuracy", "val_accuracy", "train_accuracy",
-                "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "potential", "seconds"]
+                "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "metric", "potential", "seconds"]
         # and the auto runs' per-candidate scores, so the encoder table can be rebuilt from the CSV alone
         keys += sorted({k for r in rows for k in r if "__" in k and not isinstance(r[k], list)})
         buf = io.StringIO()

@@ -6,7 +6,7 @@ atomically after each), ``splits/trial_K.npz`` (the boolean masks used) and
 ``model.pt`` (the checkpoint of the trial with the best validation accuracy; it remembers
 its data set and data folder, so ``gbpn predict --checkpoint`` needs nothing else), and with
 ``save_trials`` every trial's ``checkpoints/trial_K.pt`` and ``predictions/trial_K.csv``.
-Hyper-parameters are recorded resolved (the dropout the run used, not ``None``), so
+Hyper-parameters are recorded resolved (the dropout and metric the run used, not ``None`` or ``"auto"``), so
 ``gbpn train --config <run>/config.json`` reruns the run exactly. Running again with the same output folder and configuration skips the trials
 already finished.
 """
@@ -29,7 +29,7 @@ from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json, write_predictions
-from gbpn.metrics import check_metric
+from gbpn.metrics import check_metric, default_metric
 from gbpn.training import fit, model_args, predict
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,13 @@ def _summary(trials: list) -> Dict[str, float]:
     if "test_accuracy_mean" not in out:
         out["test_accuracy_mean"], out["test_accuracy_std"] = math.nan, 0.0
     return out
+
+
+def _validation(trial: Dict) -> float:
+    """A trial's validation accuracy for choosing ``model.pt``: NaN (no validation nodes) or null
+    (NaN read back from JSON) ranks below any number."""
+    v = trial["val_accuracy"]
+    return -math.inf if v is None or v != v else float(v)
 
 
 def _finished_trials(path: Path) -> list:
@@ -149,9 +156,10 @@ def run_trials(
     if seen.numel() < 2:  # accuracy would be 100% by construction
         raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
                         "labelled nodes of at least two classes")
-    if config.dropout is None:  # record the value the run uses, not None
-        first_train = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0][0]
-        config = dataclasses.replace(config, dropout=default_dropout(data.num_features, int(first_train.sum())))
+    first_train = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0][0]
+    defaults = {"dropout": default_dropout(data.num_features, int(first_train.sum())),
+                "metric": default_metric(data.y, int(data.num_classes))}
+    config = _resolved(config, defaults)  # record the values the run uses, not None or "auto"
     out = Path(output)
     source = data_source(dataset, data_dir, header)
     run_config = {
@@ -173,7 +181,7 @@ def run_trials(
     progress = progress and rank == 0
     # rank 0 reads what is finished and every rank learns it (or the same error): the output
     # folder need not be shared between machines
-    done, error = _resume_state(out, metrics_path, run_config, trials, log) if rank == 0 else (None, None)
+    done, error = _resume_state(out, metrics_path, run_config, trials, log, defaults) if rank == 0 else (None, None)
     done, error = broadcast_object((done, error))
     if error:
         raise GBPNError(error)
@@ -186,7 +194,7 @@ def run_trials(
         logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
                        "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
                        "--output to keep every trial's")
-    best_val = max((t["val_accuracy"] for t in done), default=-1.0)
+    best_val = max((_validation(t) for t in done), default=None)
     for trial in range(trials):
         if trial in finished:
             continue
@@ -203,8 +211,8 @@ def run_trials(
         meta = trial_meta(data, res, source, sample, s, split)
         if save_trials:
             row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
-        if row["val_accuracy"] > best_val:
-            best_val = row["val_accuracy"]
+        if best_val is None or _validation(row) > best_val:  # the first trial's checkpoint is kept in any case
+            best_val = _validation(row)
             save_checkpoint(out / "model.pt", res.model, meta)
         done.append(row)
         done.sort(key=lambda t: t["trial"])
@@ -219,6 +227,16 @@ def run_trials(
     return result
 
 
+def _resolved(config: TrainConfig, defaults: Dict) -> TrainConfig:
+    """``config`` with the values a run uses in place of its defaults: ``dropout`` (None) and ``metric``
+    ("auto") from ``defaults``, the tree depth ``num_hops`` (None: ``num_steps``) where trees are sampled."""
+    return dataclasses.replace(
+        config,
+        dropout=defaults["dropout"] if config.dropout is None else config.dropout,
+        metric=defaults["metric"] if config.metric == "auto" else config.metric,
+        num_hops=config.num_steps if config.num_hops is None and config.batch_size is not None else config.num_hops)
+
+
 def _differences(old: Dict, new: Dict, prefix: str = "") -> List[str]:
     """``"key: old -> new"`` for every setting that differs, nested dicts by their dotted keys."""
     out = []
@@ -231,12 +249,17 @@ def _differences(old: Dict, new: Dict, prefix: str = "") -> List[str]:
     return out
 
 
-def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int,
-                  log: Callable[[str], None]) -> Tuple[list, Optional[str]]:
+def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, log: Callable[[str], None],
+                  defaults: Dict) -> Tuple[list, Optional[str]]:
     """The trials an earlier run in ``out`` finished, or why the folder cannot be resumed."""
     if not (metrics_path.is_file() and (out / "config.json").is_file()):
         return [], None
     previous = {"world_size": 1, **read_json(out / "config.json")}  # runs from before world_size was recorded
+    if isinstance(previous.get("train"), dict):  # runs from before defaults were recorded resolved
+        try:
+            previous["train"] = _resolved(TrainConfig(**previous["train"]), defaults).to_dict()
+        except TypeError:  # another version's fields: the comparison below names them
+            pass
     ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
     differ = _differences({k: v for k, v in previous.items() if k not in ignore},
                           {k: v for k, v in run_config.items() if k not in ignore})
