@@ -1,6 +1,7 @@
 import pytest
 import torch
 from conftest import undirected
+from torch_geometric.data import Data
 
 from gbpn.config import TrainConfig
 from gbpn.data import load_dataset
@@ -223,3 +224,58 @@ def test_fit_takes_a_plain_pyg_data_and_predict_chunks_what_it_can():
         torch.testing.assert_close(predict(model, graph, node_chunk=7), predict(model, graph))
     with pytest.raises(GBPNError, match="needs node labels"):
         fit(Data(x=torch.randn(5, 2), edge_index=torch.zeros(2, 0, dtype=torch.long)), TrainConfig(epochs=1))
+
+
+def _plain_graph(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pairs = [(i, (i + 1) % n) for i in range(n)] + [(i, (i + 7) % n) for i in range(0, n, 3)]
+    y = torch.randint(0, 3, (n,), generator=g)
+    x = torch.nn.functional.one_hot(y, 3).float() + torch.randn(n, 3, generator=g)
+    return Data(x=x, edge_index=undirected(pairs), y=y)
+
+
+def test_fit_refuses_masks_that_would_score_wrongly():
+    data = _plain_graph()
+    n = data.num_nodes
+    idx = torch.arange(n)
+    train, val, test = idx < 12, (idx >= 12) & (idx < 20), idx >= 20
+    cfg = TrainConfig(epochs=1, hidden=8)
+    unlabelled = data.clone()
+    unlabelled.y[30:] = -1  # test = the rest: it then holds unlabelled nodes
+    with pytest.raises(GBPNError, match=r"without a label \(y < 0: test 10\)"):
+        fit(unlabelled, cfg, masks=(train, val, test), progress=False)
+    with pytest.raises(GBPNError, match="train and test masks share 12"):
+        fit(data, cfg, masks=(train, val, train | test), progress=False)
+    with pytest.raises(GBPNError, match="node ids.*index_to_mask"):
+        fit(data, cfg, masks=(idx[:12], val, test), progress=False)
+    with pytest.raises(GBPNError, match="one entry per node"):
+        fit(data, cfg, masks=(train[:-1], val, test), progress=False)
+    with pytest.raises(GBPNError, match="training mask is empty"):
+        fit(data, cfg, masks=(train & False, val, test), progress=False)
+
+
+def test_fit_takes_integer_labels_of_any_width_and_refuses_float_ones():
+    data = _plain_graph()
+    cfg = TrainConfig(epochs=2, hidden=8)
+    ref = fit(data, cfg, seed=1, progress=False)
+    narrow = data.clone()
+    narrow.y = data.y.int()
+    res = fit(narrow, cfg, seed=1, progress=False)
+    assert res.metrics["test_accuracy"] == ref.metrics["test_accuracy"]
+    narrow.y = data.y.float()
+    with pytest.raises(GBPNError, match="data.y must hold integer class ids"):
+        fit(narrow, cfg, progress=False)
+
+
+def test_predict_reads_a_double_model_and_a_raw_graph_as_fit_does():
+    from gbpn.nn import GBPN
+
+    data = _plain_graph()
+    model = GBPN(3, 3, hidden_channels=8, num_steps=3).double()
+    raw = data.clone()
+    raw.edge_index = torch.cat([data.edge_index[:, ::2], torch.tensor([[0], [0]])], 1)  # one direction, a self-loop
+    out = predict(model, raw)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, predict(model, data))  # symmetrised and the self-loop dropped, as fit does
+    with pytest.raises(GBPNError, match="data has no y"):
+        predict(model, Data(x=data.x, edge_index=data.edge_index), known_mask=torch.ones(40, dtype=torch.bool))

@@ -19,8 +19,8 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from gbpn.config import TrainConfig, default_dropout, resolve_device
-from gbpn.data.graph import as_training_graph
-from gbpn.data.splits import random_split
+from gbpn.data.graph import as_training_graph, clean_graph
+from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.metrics import check_metric, default_metric, f1_with_val_threshold, score
@@ -45,14 +45,22 @@ class TrialResult:
     config: Optional[TrainConfig] = None  # as trained: with --potential auto, the chosen encoder
 
 
-def prepare_features(x: Tensor, max_density: float = 0.1) -> Tensor:
-    """Sparse COO features when most entries are zero (bag-of-words), else dense float."""
-    x = x.float()
+def prepare_features(x: Tensor, max_density: float = 0.1, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Sparse COO features when most entries are zero (bag-of-words), else dense; in ``dtype``
+    (:func:`feature_dtype` gives a model's)."""
+    x = x.to(dtype)
     if x.is_sparse:
         return x.coalesce()
     if x.numel() and float((x != 0).float().mean()) <= max_density:
         return x.to_sparse().coalesce()
     return x
+
+
+def feature_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype a model's encoder reads: its parameters' (float64 for a ``.double()`` model; float32
+    for ``precision="bf16"``, whose master weights are float32)."""
+    param = next(model.parameters(), None)
+    return param.dtype if param is not None and param.is_floating_point() else torch.float32
 
 
 def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:
@@ -175,8 +183,15 @@ def predict(
     """
     model.eval()
     device = next(model.parameters()).device
+    if known_mask is not None and getattr(data, "y", None) is None:
+        raise GBPNError("known_mask clamps nodes to their labels in data.y, and data has no y")
+    if ("rev_index" not in data and isinstance(data.edge_index, Tensor) and data.edge_index.layout == torch.strided
+            and message_dtype is None):
+        # a plain Data as fit reads it: cleaned the same way
+        data = clean_graph(data)
     data = data.to(device)  # no copy when it is there already
-    x = model.precompute(prepare_features(data.x).to(device), data.edge_index) if x is None else x.to(device)
+    x = (model.precompute(prepare_features(data.x, dtype=feature_dtype(model)).to(device), data.edge_index)
+         if x is None else x.to(device))
     known_mask = None if known_mask is None else known_mask.to(device)
     if node_chunk is None or isinstance(x, GraphInput):  # a GNN's potential needs the whole graph
         log_self = model.self_potential(x, data.edge_index)
@@ -352,8 +367,8 @@ def fit(
     if rank_and_world()[1] > 1:
         check_data_parallel(config)
     data = as_training_graph(data)
-    if masks is None:
-        masks = random_split(data.y, config.train_frac, config.val_frac, seed)
+    masks = random_split(data.y, config.train_frac, config.val_frac, seed) if masks is None else check_masks(masks,
+                                                                                                             data.y)
     check_metric(config.metric, int(data.num_classes))
     unseen = int(data.num_classes) - int(data.y[masks[0]].unique().numel())
     if unseen > 0:
@@ -405,7 +420,7 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
     start = time.perf_counter()
-    x = model.precompute(prepare_features(data.x), ei)  # propagated features: once, not per step
+    x = model.precompute(prepare_features(data.x, dtype=feature_dtype(model)), ei)  # once, not per step
     precompute_seconds = time.perf_counter() - start
     alpha = degree_temperature(ei, data.num_nodes) if config.degree_weight else None
     train_idx = train_mask.nonzero().view(-1)

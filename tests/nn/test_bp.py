@@ -257,3 +257,32 @@ def test_paired_order_puts_reverses_half_the_list_apart():
     assert torch.equal(paired[:, :h], paired[:, h:].flip(0))
     with_loop = torch.cat([ei, torch.tensor([[3], [3]])], 1)
     assert paired_order(reverse_edge_index(with_loop, 4)) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_potentials_run_bp_in_float32(dtype):
+    """A coupling whose log spread is 12 overflows float16's linear domain (e^12 > 65504): BP runs
+    in float32 and only the beliefs come back in the caller's dtype."""
+    import math
+
+    ei = undirected([(i, j) for i in range(12) for j in range(i + 1, 12) if (i * 7 + j) % 3 == 0])
+    g = torch.Generator().manual_seed(0)
+    log_phi = torch.randn(12, 3, generator=g).log_softmax(-1).to(dtype)
+    layer = BeliefPropagation(3, coupling_init=torch.ones(3, 3) + torch.eye(3) * (math.exp(12) - 1))
+    with torch.no_grad():
+        out = layer(log_phi, ei)
+        ref = layer(log_phi.float(), ei)
+    assert out.dtype == dtype and bool(torch.isfinite(out.float()).all())
+    assert torch.allclose(out.float().exp(), ref.exp(), atol=2e-2)
+    log_phi.requires_grad_()
+    layer(log_phi, ei).float().sum().backward()
+    assert log_phi.grad.dtype == dtype and bool(torch.isfinite(log_phi.grad.float()).all())
+
+
+@pytest.mark.parametrize("steps", [2.5, "3", True, -1])
+def test_a_step_count_that_is_not_a_whole_number_is_refused(steps):
+    ei = undirected([(0, 1), (1, 2)])
+    with pytest.raises(ValueError, match="num_steps must be a whole number"):
+        BeliefPropagation(2)(torch.zeros(3, 2), ei, num_steps=steps)
+    with pytest.raises(ValueError, match="num_steps must be a whole number"):
+        BeliefPropagation(2, num_steps=steps)

@@ -171,6 +171,8 @@ def test_linkx_potential_is_exact_on_a_tree_and_passes_gradcheck():
 
 
 def test_linkx_potential_refuses_another_graph_and_sampled_trees():
+    with pytest.raises(GBPNError, match="potential_options=.*num_nodes"):
+        GBPN(4, 2, potential="linkx")
     model = GBPN(4, 2, hidden_channels=8, potential="linkx", potential_options={"num_nodes": 7})
     with pytest.raises(GBPNError, match="7-node graph"):
         model(torch.randn(5, 4), undirected([(0, 1), (1, 2), (2, 3), (3, 4)]))

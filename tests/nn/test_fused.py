@@ -238,7 +238,15 @@ def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
     src = torch.from_numpy(first.src)
     assert torch.equal(src[torch.from_numpy(first.rev)], dst)
     ei.add_(0)  # bumps the version counter
-    assert fused.csr_layout(ei, rev, 20) is not first
+    second = fused.csr_layout(ei, rev, 20)
+    assert second is not first
+    # a write through .data bumps nothing: clear_graph_caches is the documented way to say so
+    ei.data.add_(0)
+    assert fused.csr_layout(ei, rev, 20) is second
+    from gbpn.nn import clear_graph_caches
+
+    clear_graph_caches()
+    assert fused.csr_layout(ei, rev, 20) is not second
 
 
 def test_large_graph_layouts_renumber_the_nodes_for_locality(monkeypatch):

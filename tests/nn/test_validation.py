@@ -244,7 +244,7 @@ def test_labels_outside_the_mask_are_never_read():
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(num_steps=-1), "num_steps must be >= 0"),
+    (dict(num_steps=-1), "num_steps must be a whole number >= 0"),
     (dict(edge_chunk=0), "edge_chunk must be a positive"),
     (dict(edge_chunk=-1), "edge_chunk must be a positive"),
 ])

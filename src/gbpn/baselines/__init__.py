@@ -39,6 +39,7 @@ from gbpn.baselines.training import (
     train_full_batch,
 )
 from gbpn.config import default_dropout
+from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.metrics import METRICS, default_metric
 from gbpn.nn.model import MLP
@@ -58,17 +59,6 @@ __all__ = [
 def _num_classes(data: Data) -> int:
     c = getattr(data, "num_classes", None)
     return int(c) if c is not None else int(data.y.max()) + 1
-
-
-def _check_masks(masks: Sequence[Tensor], num_nodes: int) -> Masks:
-    if len(masks) != 3:
-        raise GBPNError("masks must be (train, val, test)")
-    out = tuple(torch.as_tensor(m, dtype=torch.bool) for m in masks)
-    if any(m.numel() != num_nodes for m in out):
-        raise GBPNError(f"masks must have one entry per node ({num_nodes})")
-    if not bool(out[0].any()):
-        raise GBPNError("the training mask is empty")
-    return out  # type: ignore[return-value]
 
 
 def _normalised(scores: Tensor) -> Tensor:
@@ -167,7 +157,7 @@ def fit_baseline(
         raise GBPNError("epochs, hidden and patience must be positive")
     if dropout is not None and not 0 <= dropout < 1:
         raise GBPNError(f"dropout must be in [0, 1), got {dropout}")
-    masks = _check_masks(masks, data.num_nodes)
+    masks = check_masks(masks, data.y)
     if metric == "auto":
         metric = default_metric(data.y, _num_classes(data))
     if metric not in METRICS:

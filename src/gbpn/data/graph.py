@@ -36,11 +36,18 @@ def as_training_graph(data: Data) -> Data:
     (it has ``num_classes`` and ``rev_index``), else a checked (:func:`validate_data`) and cleaned
     (:func:`clean_graph`) copy, with ``num_classes`` from its labels where not given; so a PyG
     data set's ``Data`` trains as it is."""
+    y = getattr(data, "y", None)
+    if y is None:
+        raise GBPNError("training needs node labels in data.y (-1 for unlabelled nodes)")
+    if y.dtype == torch.bool or y.is_floating_point() or y.is_complex():
+        raise GBPNError(f"data.y must hold integer class ids (-1 for unlabelled nodes), got {y.dtype}; "
+                        "e.g. data.y = data.y.long()")
+    if "rev_index" in data and "num_classes" in data and y.dtype == torch.long:
+        return data
+    data = data.clone()
+    data.y = y.long()  # int32 and the like: the loss takes int64 class ids
     if "rev_index" in data and "num_classes" in data:
         return data
-    if getattr(data, "y", None) is None:
-        raise GBPNError("training needs node labels in data.y (-1 for unlabelled nodes)")
-    data = data.clone()
     if "num_classes" not in data:
         data.num_classes = int(data.y.max()) + 1 if data.y.numel() else 0
     validate_data(data)

@@ -1,7 +1,7 @@
 """Random train/validation/test splits as boolean masks."""
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -31,6 +31,40 @@ def random_split(
         m[idx] = True
         masks.append(m)
     return masks[0], masks[1], masks[2]
+
+
+def check_masks(masks: Sequence[Tensor], y: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(train, val, test)`` as boolean ``[N]`` masks, or a :class:`GBPNError` saying what to fix:
+    a mask of another length or of node ids (not a boolean mask), an empty training mask, masks
+    that overlap (the model would be scored on nodes it trained on), or masked nodes without a label
+    (``y < 0``: a node scored against no label counts as wrong)."""
+    if len(masks) != 3:
+        raise GBPNError("masks must be (train, val, test)")
+    n, out = y.numel(), []
+    for name, m in zip(("train", "val", "test"), masks):
+        m = torch.as_tensor(m, device=y.device)
+        if m.dtype != torch.bool:
+            if m.is_floating_point() or m.dim() != 1 or m.numel() != n or bool(((m != 0) & (m != 1)).any()):
+                raise GBPNError(f"the {name} mask must be a boolean tensor with one entry per node ({n}); got "
+                                f"{m.dtype} of shape {tuple(m.shape)} (node ids? torch_geometric.utils.index_to_mask "
+                                "makes a mask of them)")
+            m = m.bool()
+        if m.dim() != 1 or m.numel() != n:
+            raise GBPNError(f"the {name} mask must have one entry per node ({n}), got shape {tuple(m.shape)}")
+        out.append(m)
+    train, val, test = out
+    if not bool(train.any()):
+        raise GBPNError("the training mask is empty")
+    for (a, ma), (b, mb) in (((("train", train), ("val", val))), (("train", train), ("test", test)),
+                             (("val", val), ("test", test))):
+        both = int((ma & mb).sum())
+        if both:
+            raise GBPNError(f"the {a} and {b} masks share {both} node(s); a node belongs to one of them")
+    unlabelled = {name: int((m & (y < 0)).sum()) for name, m in zip(("train", "val", "test"), out)}
+    if any(unlabelled.values()):
+        which = ", ".join(f"{k} {v}" for k, v in unlabelled.items() if v)
+        raise GBPNError(f"masks hold nodes without a label (y < 0: {which}); leave them out, e.g. mask & (y >= 0)")
+    return train, val, test
 
 
 def trial_split(data, trial: int, seed: int, train: float = 0.3, val: float = 0.2

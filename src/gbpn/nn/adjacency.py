@@ -25,7 +25,8 @@ def to_edge_index(adj: Tensor, edge_weight: Optional[Tensor] = None) -> Tuple[Te
             raise ValueError("a sparse adjacency carries its edge weights as values: pass edge_weight=None")
         adj = adj.coalesce()
         values = adj.values()
-        weight = None if bool((values == 1).all()) else values
+        # integer counts (a multigraph's) weigh as floats
+        weight = None if bool((values == 1).all()) else values if values.is_floating_point() else values.float()
         return adj.indices(), weight
     if adj.dim() != 2 or adj.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {list(adj.shape)}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from typing import List, Optional, Tuple, Union
 
 import torch
@@ -100,6 +101,15 @@ def _fused_unsupported(log_self: Tensor, log_H: Tensor, edge_weight: Optional[Te
     return fused_unavailable(log_self.dtype) if device.type == "cpu" else triton_unavailable(log_self.dtype, device)
 
 
+def _check_steps(steps: int) -> None:
+    try:
+        whole = not isinstance(steps, bool) and operator.index(steps) == steps
+    except TypeError:  # 2.5, "5", None
+        whole = False
+    if not whole or steps < 0:
+        raise ValueError(f"num_steps must be a whole number >= 0, got {steps!r}")
+
+
 def _outputs(log_belief: Tensor, residuals: List[Tensor], log_msg: Optional[Tensor], return_residuals: bool,
              return_messages: bool) -> Union[Tensor, Tuple[Tensor, ...]]:
     if not (return_residuals or return_messages):
@@ -177,7 +187,8 @@ class BeliefPropagation(nn.Module):
             with its layout; inputs and outputs keep the graph's numbering). (default: ``"auto"``)
 
     The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
-    after ``edge_weight`` keyword-only. ``edge_index`` may be a ``[2, E]`` tensor, a
+    after ``edge_weight`` keyword-only. float16 and bfloat16 ``log_self`` run BP in float32 and get
+    beliefs in their own dtype. ``edge_index`` may be a ``[2, E]`` tensor, a
     :class:`torch_geometric.EdgeIndex` or a ``torch.sparse`` COO / CSR adjacency ``[N, N]`` (its values,
     unless all 1, are the edge weights); all give the same beliefs. The graph must be undirected
     (``torch_geometric.transforms.ToUndirected()``). Without ``rev_index`` each call sorts the edges to
@@ -227,8 +238,7 @@ class BeliefPropagation(nn.Module):
             raise ValueError(f"backward must be 'unroll' or 'implicit', got {backward!r}")
         if backward == "implicit" and tol is None:
             tol = 1e-4
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
+        _check_steps(num_steps)
         if not 0.0 <= damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping}")
         if tol is not None and not 0.0 <= tol < math.inf:
@@ -271,6 +281,14 @@ class BeliefPropagation(nn.Module):
         message_weight: Optional[Tensor] = None,
         kernel: Optional[str] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
+        if log_self.dtype in (torch.float16, torch.bfloat16):
+            # too few exponent bits for messages (a coupling's e^12 overflows float16): BP runs in
+            # float32 and hands back the input's precision, as autocast does for reductions
+            out = self(log_self.float(), edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
+                       known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
+                       return_messages=return_messages, edge_chunk=edge_chunk, message_weight=message_weight,
+                       kernel=kernel)
+            return out.to(log_self.dtype) if isinstance(out, Tensor) else (out[0].to(log_self.dtype), *out[1:])
         compiling = torch.compiler.is_compiling()
         edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
         if not compiling:  # the checks read values on the host (graph breaks): compiled code skips them
@@ -280,8 +298,7 @@ class BeliefPropagation(nn.Module):
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
         steps = self.num_steps if num_steps is None else num_steps
-        if steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {steps}")
+        _check_steps(steps)
         if edge_chunk is not None and edge_chunk < 1:
             raise ValueError(f"edge_chunk must be a positive number of edges, got {edge_chunk}")
         src, dst = edge_index[0], edge_index[1]
@@ -472,6 +489,7 @@ class BeliefPropagation(nn.Module):
         num_nodes, c = log_self.shape
         check_pairs(pairs, num_nodes)
         steps = self.num_steps if num_steps is None else num_steps
+        _check_steps(steps)
         dtype = torch.promote_types(log_self.dtype, torch.float32)  # the caller's precision, at least float32
         log_H = self.coupling.log_H.to(dtype)
         check_coupling_range(log_H, dtype)

@@ -474,6 +474,9 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
     if potential == "dagnn":
         return DAGNNEncoder(in_channels, num_classes, hidden_channels, dropout, **options)
     if potential == "linkx":
+        if "num_nodes" not in options:  # W_A has a row per node
+            raise GBPNError("the linkx potential is tied to one graph: give its node count, "
+                            "potential_options={'num_nodes': N}")
         return LINKXEncoder(in_channels, num_classes, hidden_channels=hidden_channels, num_hidden=num_hidden,
                             dropout=dropout, **options)
     raise GBPNError(f"unknown potential {potential!r}; choose one of {', '.join(ENCODERS)} or auto")

@@ -3,7 +3,9 @@
 A training loop calls the BP layer on the same ``edge_index`` (and ``rev_index``) every step. What
 depends only on the graph (the kernels' edge layouts, the input checks of the edges) is computed
 once and looked up by the tensors' identity and in-place version: weak references, so a new or
-modified tensor counts as a new graph and a freed one drops out.
+modified tensor counts as a new graph and a freed one drops out. A write that PyTorch does not
+count as a change (through ``.data``, or through a NumPy array sharing the tensor's memory) is not
+seen: call :func:`clear_graph_caches` after one, or pass a new tensor.
 """
 from __future__ import annotations
 
@@ -15,12 +17,25 @@ from torch import Tensor
 T = TypeVar("T")
 
 
+_caches: "weakref.WeakSet[GraphCache]" = weakref.WeakSet()
+
+
+def clear_graph_caches() -> None:
+    """Forget every graph's cached layouts and checks (see the module's note on untracked writes)."""
+    for cache in list(_caches):
+        cache.clear()
+
+
 class GraphCache:
     """The results of the last ``size`` graphs, keyed by ``(tensors, key)``."""
 
     def __init__(self, size: int = 6) -> None:
         self.size = size
         self._entries: List[Tuple[tuple, Hashable, object]] = []
+        _caches.add(self)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
     @staticmethod
     def _stamp(tensors: Sequence[Optional[Tensor]]) -> tuple:
