@@ -45,3 +45,28 @@ def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
     (tmp_path / "m.pt").write_bytes(data[: len(data) // 2])
     with pytest.raises(GBPNError, match="corrupt"):
         load_checkpoint(tmp_path / "m.pt")
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_named(tmp_path):
+    """torch.save's zip writer reports a failed write as a RuntimeError ("unexpected pos"); the
+    checkpoint is serialised first, so the write fails as the OSError it is. A file-size limit
+    stands in for a full disk."""
+    import subprocess
+    import sys
+
+    script = f"""
+import resource, signal
+from gbpn.errors import GBPNError
+from gbpn.io import save_checkpoint
+from gbpn.nn import GBPN
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+model = GBPN(300, 2, hidden_channels=256)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+try:
+    save_checkpoint({str(tmp_path / 'model.pt')!r}, model, {{}})
+except GBPNError as err:
+    print("GBPNError", err)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "GBPNError cannot write" in out.stdout and "File too large" in out.stdout, out.stdout + out.stderr
+    assert list(tmp_path.iterdir()) == []  # no half-written file left behind

@@ -321,3 +321,64 @@ def test_predict_reads_the_folder_as_training_did_and_refuses_changed_labels(tmp
     (tmp_path / "s" / "labels.csv").write_text("\n".join(labels[:30] + ["2"] + labels[31:]) + "\n")
     assert main(["predict", "--checkpoint", str(tmp_path / "ts" / "model.pt"), "--output", str(tmp_path / "r.csv"),
                  "-q"]) == 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seed", "99999999999999999999"], "argument --seed: must lie in 0..4294967295"),
+    (["--seed", "-1"], "argument --seed: must lie in 0..4294967295"),
+    (["--seed", "4294967295", "--trials", "2"], "argument --seed: must lie in 0..4294967295"),
+    (["--epochs", "100000000000000000000"], "argument --epochs: 100000000000000000000 is beyond any size"),
+    (["--config", ""], "argument --config: is empty"),
+    (["--output", ""], "argument --output: is empty"),
+])
+def test_values_beyond_meaning_are_usage_errors(tmp_path, args, message, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ex:
+        main(["train", "--epochs", "2", "-q", *args])
+    assert ex.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_training_that_diverges_says_so(graph, tmp_path, capsys):
+    assert _train(["--dataset", str(graph), "--lr", "1e6", "--epochs", "6"], tmp_path / "a") == 2
+    assert "training diverged at epoch" in capsys.readouterr().err
+    assert _train(["--dataset", str(graph), "--coupling-lr", "1000", "--epochs", "6"], tmp_path / "b") == 2
+    err = capsys.readouterr().err
+    assert "training diverged at epoch" in err and "--coupling-lr" in err
+
+
+def test_a_hand_edited_config_is_checked_value_by_value(run2, tmp_path, capsys):
+    import json
+
+    rec = json.loads((run2 / "config.json").read_text())
+    for edit, message in [({"degree_weight": "no"}, "degree_weight (--degree-weight) must be bool, got 'no'"),
+                          ({"epochs": "5"}, "epochs (--epochs) must be int, got '5'"),
+                          ({"epochs": True}, "epochs (--epochs) must be int, got True"),
+                          ({"dropout": "0.1"}, "dropout (--dropout) must be int or float or null")]:
+        (tmp_path / "c.json").write_text(json.dumps({**rec, "train": {**rec["train"], **edit}}))
+        assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
+        assert message in capsys.readouterr().err
+    for top, message in [({"seed": 1.5}, "seed must be a whole number >= 0, got 1.5"),
+                         ({"trials": "2"}, "trials must be a whole number >= 1, got '2'")]:
+        (tmp_path / "c.json").write_text(json.dumps({**rec, **top}))
+        assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
+        assert message in capsys.readouterr().err
+    (tmp_path / "c.json").write_text("[1, 2]")
+    assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
+    assert "is not a run's config.json" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_metrics_file_with_impossible_trials_is_refused(run2, tmp_path, graph, capsys):
+    import json
+    import shutil
+
+    for edit in ({"val_accuracy": "x"}, {"trial": -1}, {"trial": 1}):
+        out = tmp_path / "r"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(run2, out)
+        rec = json.loads((out / "metrics.json").read_text())
+        rec["trials"][0].update(edit)
+        (out / "metrics.json").write_text(json.dumps(rec))
+        assert _train(["--dataset", str(graph), "--trials", "2"], out) == 2
+        assert "is not a gbpn metrics file" in capsys.readouterr().err

@@ -279,3 +279,17 @@ def test_predict_reads_a_double_model_and_a_raw_graph_as_fit_does():
     torch.testing.assert_close(out, predict(model, data))  # symmetrised and the self-loop dropped, as fit does
     with pytest.raises(GBPNError, match="data has no y"):
         predict(model, Data(x=data.x, edge_index=data.edge_index), known_mask=torch.ones(40, dtype=torch.bool))
+
+
+def test_an_undefined_validation_roc_auc_selects_on_accuracy(caplog):
+    data = _plain_graph(n=60)
+    data.y = (data.y == 0).long()  # binary
+    zeros, ones = (data.y == 0).nonzero().view(-1), (data.y == 1).nonzero().view(-1)
+    val = torch.zeros(60, dtype=torch.bool)
+    val[zeros[:6]] = True  # one class only: ROC AUC is undefined on it
+    train = torch.zeros(60, dtype=torch.bool)
+    train[torch.cat([zeros[6:14], ones[:8]])] = True
+    test = ~train & ~val
+    res = fit(data, TrainConfig(epochs=8, hidden=8, metric="roc_auc"), masks=(train, val, test), progress=False)
+    assert res.metrics["selected_on"] == "accuracy" and res.metrics["val_roc_auc"] != res.metrics["val_roc_auc"]
+    assert any("selected on validation accuracy" in r.message for r in caplog.records)

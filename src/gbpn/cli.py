@@ -342,27 +342,29 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 def _recorded_run(path: str) -> tuple:
     """``(dataset, data_dir, sample, seed, trials, TrainConfig, header)`` of a run's ``config.json``."""
-    import dataclasses
-
     from gbpn.config import TrainConfig
     from gbpn.io import read_json
 
     if not Path(path).is_file():
         raise GBPNError(f"--config {path}: no such file (give the config.json of an earlier run folder)")
+    rec = read_json(path)
+    if not isinstance(rec, dict) or not isinstance(rec.get("train"), dict):
+        raise GBPNError(f"{path} is not a run's config.json (no \"train\" options): give the config.json of a "
+                        "gbpn train run folder")
+    config = TrainConfig.from_dict(rec["train"], str(path))
+    for key, least in (("seed", 0), ("trials", 1), ("sample", 0)):
+        value = rec.get(key, least)
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise GBPNError(f"{path}: {key} must be a whole number >= {least}, got {value!r}")
     try:
-        rec = read_json(path)
-        fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        unknown = sorted(set(rec["train"]) - fields)
-        if unknown:
-            raise GBPNError(f"{path} sets options this version does not know: {', '.join(unknown)}")
         source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
         recorded, (rank, world) = rec.get("world_size"), rank_and_world()
         if recorded is not None and int(recorded) != world and rank == 0:
             logger.warning(f"{path} was run by {recorded} process(es) and this rerun has {world}: data-parallel "
                            f"mini-batches differ, so will the results (torchrun --nproc_per_node {recorded} reruns it "
                            "exactly)")
-        return (source["dataset"], source["data_dir"], rec.get("sample", 0), rec["seed"], rec["trials"],
-                TrainConfig(**rec["train"]), source.get("header"))
+        return (source["dataset"], source["data_dir"], rec.get("sample", 0), rec["seed"], rec["trials"], config,
+                source.get("header"))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise GBPNError(f"{path} is not a run's config.json ({type(err).__name__}: {err})") from None
 
@@ -442,7 +444,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from gbpn.data.datasets import dataset_name
     from gbpn.experiments.runner import run_trials
 
-    if args.config:
+    if args.config is not None:
         _refuse_overrides(args)
         dataset, data_dir, sample, seed, trials, config, header = _recorded_run(args.config)
         data_dir = args.data_dir or data_dir
@@ -913,9 +915,36 @@ def _logging_to_stderr(verbose: int, quiet: bool):
 DISTRIBUTED_COMMANDS = ("train", "predict")
 
 
+# seeds go to torch.manual_seed and numpy, which read them modulo 2^32 (or overflow beyond 2^64)
+MAX_SEED = 2**32 - 1
+# a count beyond this is a typo (and overflows torch's int32 sizes), not a request
+MAX_COUNT = 2**31 - 1
+
+
+def _check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse's types leave: an empty string, a seed outside 0..2^32-1 (or one whose
+    trials run past it), a count too large to mean anything."""
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            if v == "":
+                parser.error(f"argument {flag}: is empty; give a value or leave the option out")
+            if not isinstance(v, int) or isinstance(v, bool):
+                continue
+            if name == "seed":
+                last = v + max(getattr(args, "trials", None) or 1, 1) - 1
+                if not 0 <= v or last > MAX_SEED:
+                    parser.error(f"argument --seed: must lie in 0..{MAX_SEED} with every trial's seed (seed + trial), "
+                                 f"got {v}")
+            elif abs(v) > MAX_COUNT:
+                parser.error(f"argument {flag}: {v} is beyond any size this can run (at most {MAX_COUNT})")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_values(parser, args)
     args.argv = argv  # what was typed: some checks ask which options were given, whatever their values
     if distributed.launched():
         return _main_distributed(args)
@@ -955,6 +984,11 @@ def _main_distributed(args: argparse.Namespace) -> int:
         dist.destroy_process_group()
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed (CPU or CUDA), not a bug."""
+    return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err)
+
+
 def _run(args: argparse.Namespace) -> int:
     _set_threads(args)
     with _logging_to_stderr(args.verbose, args.quiet):
@@ -971,6 +1005,11 @@ def _run(args: argparse.Namespace) -> int:
         except Exception as err:  # a bug, not a user error: one line, full trace on request
             if os.environ.get("GBPN_DEBUG"):
                 raise
+            if _out_of_memory(err):  # sizes asked for beyond the machine: say which options set them
+                first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                logger.error(f"gbpn {args.command}: error: out of memory ({first}); lower --hidden, --batch-size "
+                             "or --size, or set --edge-chunk / --node-chunk where the command has them")
+                return 2
             logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
                          "(set GBPN_DEBUG=1 for the traceback)")
             return 1

@@ -160,6 +160,45 @@ class TrainConfig:
     def to_dict(self) -> Dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, values: Dict, where: str = "the config") -> "TrainConfig":
+        """A config from :meth:`to_dict`'s output (a recorded ``config.json``), each value checked
+        against its field's type: a :class:`GBPNError` names the first that is not (``"5"`` for a
+        count, ``"no"`` for a switch), rather than training with it. Fields it lacks take their
+        defaults (a config written by an older version)."""
+        if not isinstance(values, dict):
+            raise GBPNError(f"{where} must be a JSON object of training options, got {type(values).__name__}")
+        unknown = sorted(set(values) - set(_FIELD_TYPES))
+        if unknown:
+            raise GBPNError(f"{where} sets options this version does not know: {', '.join(unknown)}")
+        for name, value in values.items():
+            kinds, optional = _FIELD_TYPES[name]
+            if value is None and optional:
+                continue
+            # a bool is an int to Python: a switch must be true/false, a count must not be
+            ok = isinstance(value, bool) if kinds == (bool,) else (isinstance(value, kinds)
+                                                                 and not isinstance(value, bool))
+            if not ok:
+                want = " or ".join(k.__name__ for k in kinds) + (" or null" if optional else "")
+                raise GBPNError(f"{where}: {_option(name)} must be {want}, got {value!r}")
+        return cls(**values)
+
+
+def _field_types() -> Dict[str, tuple]:
+    """field -> (accepted Python types, None allowed), from the annotations."""
+    import typing
+
+    out = {}
+    for name, hint in typing.get_type_hints(TrainConfig).items():
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        base = next((a for a in args if a is not type(None)), hint)
+        out[name] = ((int, float) if base is float else (base,), optional)
+    return out
+
+
+_FIELD_TYPES = _field_types()
+
 
 def resolve_device(name: str) -> torch.device:
     """``torch.device`` for ``name`` (``"auto"``: CUDA when available); a clear error when a

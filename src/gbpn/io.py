@@ -1,6 +1,7 @@
 """Atomic file output, run records and checkpoints."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -72,7 +73,6 @@ def write_json(path: str | Path, obj: Any) -> None:
 def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
     """Rows of dicts as CSV (columns from the first row), written atomically."""
     import csv
-    import io
 
     buf = io.StringIO()
     if rows:
@@ -87,7 +87,6 @@ def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence
     """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically);
     ``node`` is the row number, or ``nodes[row]`` when given (a part of a partitioned graph)."""
     import csv
-    import io
 
     def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
         line = io.StringIO()
@@ -148,8 +147,15 @@ def versions() -> Dict[str, str]:
 
 def save_checkpoint(path: str | Path, model: torch.nn.Module, meta: Dict[str, Any]) -> None:
     """Save the model's weights with everything needed to rebuild it (``meta['model_args']``)."""
-    payload = {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta}
-    atomic_write(path, lambda fh: torch.save(payload, fh), mode="wb")
+    save_torch(path, {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta})
+
+
+def save_torch(path: str | Path, obj: Any) -> None:
+    """``torch.save(obj)`` written atomically. Serialised in memory first: ``torch.save`` reports a
+    full disk as a ``RuntimeError`` from its zip writer, the file write as the ``OSError`` it is."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write(path, lambda fh: fh.write(buf.getbuffer()), mode="wb")
 
 
 def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:

@@ -23,6 +23,7 @@ from gbpn.data.graph import as_training_graph, clean_graph
 from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
+from gbpn.nn.validation import MAX_LOG_H_SPREAD, NonFinitePotentialError
 from gbpn.metrics import check_metric, default_metric, f1_with_val_threshold, score
 from gbpn.nn.encoders import GraphInput
 from gbpn.nn.model import GBPN
@@ -95,18 +96,35 @@ def train_with_selection(
     per-epoch history.
     """
     train_mask, val_mask, test_mask = masks
-    key = f"val_{metric}"
+    select = metric
+    if metric == "roc_auc" and y[val_mask].unique().numel() < 2:
+        select = "accuracy"  # NaN every epoch would keep the first epoch, whatever it scores
+        logger.warning(f"{desc}: the validation nodes hold one class, so their ROC AUC is undefined: epochs are "
+                       "selected on validation accuracy")
+    key = f"val_{select}"
     best: Dict[str, float] = {key: -math.inf}
     best_state, best_out = None, None
     history: List[Dict[str, float]] = []
     start = time.perf_counter()
     bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
     for epoch in bar:
-        model.train()
-        loss = train_epoch(epoch)
-        model.eval()
-        with torch.no_grad():
-            out = evaluate(epoch)
+        try:
+            model.train()
+            loss = train_epoch(epoch)
+            why = diverged(model) or (None if math.isfinite(loss) else f"the loss is {loss}")
+            if why is None:
+                model.eval()
+                with torch.no_grad():
+                    out = evaluate(epoch)
+        except ValueError as err:  # the layers' input checks see a NaN potential or a coupling out of range
+            # features were checked finite before training, so a non-finite potential is the weights'
+            why = diverged(model) or ("the encoder's output overflowed" if isinstance(err, NonFinitePotentialError)
+                                      else None)
+            if why is None:
+                raise
+        if why is not None:
+            raise GBPNError(f"{desc}: training diverged at epoch {epoch + 1} ({why}); lower the learning rate: lr "
+                            "(--lr), or coupling_lr (--coupling-lr) where the coupling ran away")
         row = {"epoch": epoch, "loss": loss}
         for name in dict.fromkeys(("accuracy", metric)):
             for split, mask in zip(("train", "val", "test"), masks):
@@ -123,8 +141,24 @@ def train_with_selection(
     metrics.update(best_epoch=best["epoch"], epochs_run=len(history), train_seconds=time.perf_counter() - start)
     if metric != "accuracy":
         metrics["metric"] = metric
+    if select != metric:
+        metrics["selected_on"] = select
     model.load_state_dict(best_state)
     return metrics, best_out, history
+
+
+def diverged(model: torch.nn.Module) -> Optional[str]:
+    """Why ``model``'s parameters can no longer be trained or evaluated (NaN or inf weights, a BP
+    coupling spread beyond what float32 messages compute), or ``None``."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p.detach()).all()):
+            return f"{name} holds NaN or inf"
+    coupling = getattr(getattr(model, "bp", None), "coupling", None)
+    if coupling is not None:
+        log_H = coupling.log_H.detach()
+        if float(log_H.max() - log_H.min()) > MAX_LOG_H_SPREAD[torch.float32]:
+            return f"log H spans {float(log_H.max() - log_H.min()):.0f}"
+    return None
 
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float,
@@ -323,6 +357,15 @@ def select_by_validation(val_scores: Sequence[float]) -> int:
     return max(range(len(vals)), key=lambda i: (vals[i], -i))
 
 
+def select_candidate(rows: Sequence[Dict], metric: str) -> int:
+    """Index of the candidate run with the best validation ``metric``; on validation accuracy where
+    no candidate's is defined (ROC AUC of a validation split holding one class), as their epochs were."""
+    scores = [r.get(f"val_{metric}") for r in rows]
+    if all(v is None or v != v for v in scores):
+        scores = [r.get("val_accuracy") for r in rows]
+    return select_by_validation(scores)
+
+
 def candidate_record(name: str, metrics: Dict, metric: str) -> Dict:
     """What an auto run records of one candidate: its name, validation and test scores (for the
     report; the choice reads validation only)."""
@@ -384,7 +427,7 @@ def fit(
         m = results[-1].metrics  # a line per candidate: one trial of auto trains several models
         logger.info(f"{desc}: potential candidate {k + 1}/{len(candidates)} {candidate_name(cand)}: val "
                     f"{config.metric} {m[f'val_{config.metric}']:.4f} ({m['train_seconds']:.0f} s)")
-    best = results[select_by_validation([r.metrics[f"val_{config.metric}"] for r in results])]
+    best = results[select_candidate([r.metrics for r in results], config.metric)]
     best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
                                        for r in results]
     best.metrics["auto_seconds"] = sum(r.metrics["train_seconds"] for r in results)

@@ -25,12 +25,23 @@ def test_grid_writes_rows_table_and_resumes(tmp_path):
     assert "1 runs to do" in msgs[-1] and len(list((tmp_path / "rows").glob("*.json"))) == 4
 
 
-def test_missing_dataset_is_skipped_not_fatal(tmp_path):
-    msgs = []
-    run_grid(["mlp"], ["election"], trials=1, output=tmp_path, epochs=2, data_dir=str(tmp_path / "none"),
-             progress=False, log=msgs.append)
-    assert any("skipping election" in m for m in msgs)
+def test_missing_dataset_is_skipped_not_fatal(tmp_path, caplog):
+    run_grid(["mlp"], ["election", "synth-ising+"], trials=1, output=tmp_path, epochs=2,
+             data_dir=str(tmp_path / "none"), progress=False, log=lambda m: None)
+    assert any("skipping election" in r.message and r.levelname == "WARNING" for r in caplog.records)
     assert not list((tmp_path / "rows").glob("*.claim"))  # no claim left behind for other workers to wait on
+    assert len(list((tmp_path / "rows").glob("*.json"))) == 1
+    # a grid none of whose data sets loaded has nothing to show: an error, not an empty table
+    with pytest.raises(GBPNError, match="every data set of the grid was skipped"):
+        run_grid(["mlp"], ["election"], trials=1, output=tmp_path / "b", epochs=2, data_dir=str(tmp_path / "none"),
+                 progress=False, log=lambda m: None)
+
+
+def test_a_file_in_rows_that_is_not_a_run_is_named(tmp_path):
+    run_grid(["mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+    (tmp_path / "rows" / "junk.json").write_text('{"a": 1}')
+    with pytest.raises(GBPNError, match="junk.json is not a finished run"):
+        run_grid(["mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
 
 
 def test_public_splits_are_used_when_a_dataset_has_them(tmp_path, data_dir):
@@ -67,9 +78,11 @@ def test_mini_batch_grid_runs_gbpn_on_trees_and_the_large_baselines(tmp_path):
         run_grid(["gbpn"], [str(folder)], trials=1, output=out, epochs=2, progress=False, log=lambda m: None)
 
 
-def test_runs_claimed_by_a_live_worker_are_skipped_and_dead_claims_taken_over(tmp_path):
+def test_runs_claimed_by_a_live_worker_are_skipped_and_dead_claims_taken_over(tmp_path, caplog):
     import os
     import subprocess
+
+    from gbpn.experiments.benchmark import _identity
 
     rows = tmp_path / "rows"
     rows.mkdir()
@@ -77,14 +90,20 @@ def test_runs_claimed_by_a_live_worker_are_skipped_and_dead_claims_taken_over(tm
     dead = subprocess.Popen(["true"])
     dead.wait()
     try:
-        (rows / "synth-ising+__mlp__0.claim").write_text(str(live.pid))
+        (rows / "synth-ising+__mlp__0.claim").write_text(_identity(live.pid))
         (rows / "synth-ising+__mlp__1.claim").write_text(str(dead.pid))
-        run_grid(["mlp"], ["synth-ising+"], trials=2, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+        # a live process whose start time is not the claim's: its pid was reused after the worker died
+        reused = _identity(live.pid).split()
+        if len(reused) == 3:
+            reused[1] = str(int(reused[1]) + 1)
+        (rows / "synth-ising+__mlp__2.claim").write_text(" ".join(reused) if len(reused) == 3 else str(dead.pid))
+        run_grid(["mlp"], ["synth-ising+"], trials=3, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
     finally:
         live.kill()
     assert not (rows / "synth-ising+__mlp__0.json").exists()  # another worker is on it
-    assert (rows / "synth-ising+__mlp__1.json").exists()
+    assert (rows / "synth-ising+__mlp__1.json").exists() and (rows / "synth-ising+__mlp__2.json").exists()
     assert not (rows / "synth-ising+__mlp__1.claim").exists() and os.path.exists(rows / "synth-ising+__mlp__0.claim")
+    assert any("1 run(s) are held by other workers" in r.message for r in caplog.records)
 
 
 def test_patience_is_part_of_the_grid_and_stops_runs_early(tmp_path):

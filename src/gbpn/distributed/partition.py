@@ -187,10 +187,9 @@ def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto
 
 def save_parts(path: str | Path, part: Tensor, num_pairs: int, method: str) -> None:
     """Write node parts ``[N]`` for :func:`load_parts` (atomically), with the graph's size and the method."""
-    from gbpn.io import atomic_write
+    from gbpn.io import save_torch
 
-    payload = {"part": part.to(torch.int32), "num_pairs": int(num_pairs), "method": method}
-    atomic_write(path, lambda fh: torch.save(payload, fh), mode="wb")
+    save_torch(path, {"part": part.to(torch.int32), "num_pairs": int(num_pairs), "method": method})
 
 
 def load_parts(path: str | Path, num_nodes: int, num_pairs: int, num_parts: int) -> Optional[Tuple[Tensor, str]]:

@@ -34,7 +34,7 @@ from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, read_json, versions, write_json, write_predictions
 from gbpn.metrics import check_metric, default_metric
-from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_by_validation
+from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_candidate
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
@@ -126,9 +126,9 @@ def auto_members(model: str, batch_size: Optional[int] = None) -> Optional[List[
 
 def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) -> Dict:
     """The metrics of an auto run from its candidates' rows (same seed and split): the candidate
-    with the best validation ``metric`` (:func:`~gbpn.training.select_by_validation`), its name as
+    with the best validation ``metric`` (:func:`~gbpn.training.select_candidate`), its name as
     ``potential``, and every candidate's scores as ``<candidate>__<score>`` columns."""
-    pick = select_by_validation([r.get(f"val_{metric}", float("nan")) for r in rows])
+    pick = select_candidate(rows, metric)
     skip = ("dataset", "model", "trial", "seed", "split", "seconds", "imported")
     metrics = {k: v for k, v in rows[pick].items() if k not in skip}
     metrics["potential"] = members[pick][1]
@@ -141,6 +141,21 @@ def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) 
 
 def _model_names() -> List[str]:
     return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS]
+
+
+def _read_rows(rows_dir: Path) -> List[Dict]:
+    """The finished runs in ``rows_dir``; a file that is not one (hand-edited, stray) is named."""
+    rows = []
+    for p in sorted(rows_dir.glob("*.json")) if rows_dir.is_dir() else []:
+        r = read_json(p)
+        if not (isinstance(r, dict) and isinstance(r.get("dataset"), str) and isinstance(r.get("model"), str)
+                and isinstance(r.get("trial"), int) and (r.get("test_accuracy") is None
+                                                         or isinstance(r.get("test_accuracy"), (int, float)))
+                and "test_accuracy" in r):
+            raise GBPNError(f"{p} is not a finished run of a grid (a dataset, model, trial and test_accuracy); "
+                            "delete it (the run it stands for is redone) or move it out of rows/")
+        rows.append(r)
+    return rows
 
 
 def _number(value) -> float:
@@ -308,7 +323,7 @@ def run_grid(
                 loaded[d] = load_dataset(source[d], data_dir)
                 check_metric(metric, int(loaded[d].num_classes), repr(d))
             except DatasetNotFoundError as err:
-                log(f"skipping {d}: {err}")
+                logging.getLogger(__name__).warning(f"skipping {d}: {err}")
                 skipped.add(d)
         return loaded.get(d)
 
@@ -360,7 +375,15 @@ def run_grid(
     for d, m, t in bar:
         bar.set_postfix_str(f"{d} {m} trial {t}")
         cell(d, m, t)  # another worker may have finished or claimed it meanwhile
-    rows = [read_json(p) for p in sorted(rows_dir.glob("*.json"))] if rows_dir.is_dir() else []
+    held = [n.stem for n in rows_dir.glob("*.claim") if not n.with_suffix(".json").is_file()] if rows_dir.is_dir() else []
+    if held and not table_only:
+        logging.getLogger(__name__).warning(
+            f"{len(held)} run(s) are held by other workers (e.g. {held[0]}): the table lacks them until those finish; "
+            "rerun then (a claim whose worker is gone is taken over)")
+    if skipped and not table_only and set(datasets) <= skipped:
+        raise GBPNError(f"every data set of the grid was skipped ({', '.join(sorted(skipped))}: see above); set "
+                        "--data-dir or GBPN_DATA to the folder holding them")
+    rows = _read_rows(rows_dir)
     rows = [r for r in rows if r["dataset"] in datasets and r["model"] in run_models and r["trial"] < trials]
     # training time: every run once (an auto row's time is its candidates')
     runs = [r for r in rows if not members.get(r["model"])]
@@ -422,25 +445,40 @@ def _claim(path: Path) -> bool:
                 continue
             if not text.strip() and age < 60:
                 return False  # being written by the worker that just created it
-            pid = int(text) if text.strip().isdigit() else 0
-            if pid and pid != os.getpid() and _alive(pid):
+            if _held(text):
                 return False
             path.unlink(missing_ok=True)
             continue
         with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
+            fh.write(_identity(os.getpid()))
         return True
     return False
 
 
-def _alive(pid: int) -> bool:
+def _identity(pid: int) -> str:
+    """``pid`` with its start time and the boot it belongs to (Linux): a process id reused after
+    the worker died (a reboot, a long run) is then not mistaken for the worker."""
+    try:
+        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except (OSError, IndexError):
+        return str(pid)
+    return f"{pid} {start} {boot}"
+
+
+def _held(claim: str) -> bool:
+    """Whether the worker that wrote ``claim`` (:func:`_identity`, or a bare pid) still runs."""
+    words = claim.split()
+    if not words or not words[0].isdigit() or int(words[0]) == os.getpid():
+        return False
+    pid = int(words[0])
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return len(words) == 1 or _identity(pid) == claim.strip()
 
 
 def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from gbpn.config import TrainConfig, default_dropout
+from gbpn.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.datasets import data_root, find_byo_file, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
@@ -65,21 +65,27 @@ def _summary(trials: list) -> Dict[str, float]:
     return out
 
 
-def _validation(trial: Dict) -> float:
-    """A trial's validation accuracy for choosing ``model.pt``: NaN (no validation nodes) or null
-    (NaN read back from JSON) ranks below any number."""
-    v = trial["val_accuracy"]
-    return -math.inf if v is None or v != v else float(v)
+def _validation(trial: Dict, metric: str) -> float:
+    """A trial's validation ``metric`` (the model-selection one) for choosing ``model.pt``: NaN
+    (no validation nodes) or null (NaN read back from JSON) ranks below any number."""
+    v = trial.get(f"val_{metric}", trial["val_accuracy"])
+    return -math.inf if not isinstance(v, (int, float)) or v != v else float(v)
 
 
 def _finished_trials(path: Path) -> list:
     """The per-trial rows of an earlier ``metrics.json``, checked enough to resume from."""
     record = read_json(path)
     trials = record.get("trials") if isinstance(record, dict) else None
-    if not isinstance(trials, list) or not all(isinstance(t, dict) and isinstance(t.get("trial"), int)
-                                               and "val_accuracy" in t for t in trials):
-        raise GBPNError(f"{path} is not a gbpn metrics file (no list of finished trials); delete it to "
-                        "rerun every trial, or choose a new --output folder")
+
+    def score(v) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+    if not isinstance(trials, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("trial"), int) and t["trial"] >= 0 and "val_accuracy" in t
+            and score(t["val_accuracy"]) and score(t.get("test_accuracy")) for t in trials) \
+            or len({t["trial"] for t in trials}) != len(trials):
+        raise GBPNError(f"{path} is not a gbpn metrics file (a list of finished trials, each numbered once, with "
+                        "numeric scores); delete it to rerun every trial, or choose a new --output folder")
     return trials
 
 
@@ -189,12 +195,15 @@ def run_trials(
         write_json(out / "config.json", {**run_config, "versions": versions()})
 
     finished = {t["trial"] for t in done}
+    if done and rank == 0 and not (out / "model.pt").is_file():
+        logger.warning(f"{out / 'model.pt'} is missing: the finished trials are not rerun, so it is written again only "
+                       "if a new trial validates better; rerun into a new --output to have it")
     unsaved = [t["trial"] for t in done if "checkpoint" not in t]
     if save_trials and unsaved and rank == 0:
         logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
                        "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
                        "--output to keep every trial's")
-    best_val = max((_validation(t) for t in done), default=None)
+    best_val = max((_validation(t, config.metric) for t in done), default=None)
     for trial in range(trials):
         if trial in finished:
             continue
@@ -211,8 +220,8 @@ def run_trials(
         meta = trial_meta(data, res, source, sample, s, split)
         if save_trials:
             row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
-        if best_val is None or _validation(row) > best_val:  # the first trial's checkpoint is kept in any case
-            best_val = _validation(row)
+        if best_val is None or _validation(row, config.metric) > best_val:  # the first trial's is kept in any case
+            best_val = _validation(row, config.metric)
             save_checkpoint(out / "model.pt", res.model, meta)
         done.append(row)
         done.sort(key=lambda t: t["trial"])
@@ -229,11 +238,13 @@ def run_trials(
 
 def _resolved(config: TrainConfig, defaults: Dict) -> TrainConfig:
     """``config`` with the values a run uses in place of its defaults: ``dropout`` (None) and ``metric``
-    ("auto") from ``defaults``, the tree depth ``num_hops`` (None: ``num_steps``) where trees are sampled."""
+    ("auto") from ``defaults``, ``device`` ("auto") as this machine resolves it, the tree depth
+    ``num_hops`` (None: ``num_steps``) where trees are sampled."""
     return dataclasses.replace(
         config,
         dropout=defaults["dropout"] if config.dropout is None else config.dropout,
         metric=defaults["metric"] if config.metric == "auto" else config.metric,
+        device=str(resolve_device(config.device)) if config.device == "auto" else config.device,
         num_hops=config.num_steps if config.num_hops is None and config.batch_size is not None else config.num_hops)
 
 
@@ -257,8 +268,8 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
     previous = {"world_size": 1, **read_json(out / "config.json")}  # runs from before world_size was recorded
     if isinstance(previous.get("train"), dict):  # runs from before defaults were recorded resolved
         try:
-            previous["train"] = _resolved(TrainConfig(**previous["train"]), defaults).to_dict()
-        except TypeError:  # another version's fields: the comparison below names them
+            previous["train"] = _resolved(TrainConfig.from_dict(previous["train"]), defaults).to_dict()
+        except GBPNError:  # another version's fields, or hand-edited ones: the comparison below names them
             pass
     ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
     differ = _differences({k: v for k, v in previous.items() if k not in ignore},
