@@ -833,8 +833,10 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
 
     if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
-    args.dataset = args.dataset or DEFAULT_DATASET
-    data = load_dataset(args.dataset, args.data_dir, sample=args.sample or 0, header=args.header)
+    args.dataset, args.sample = args.dataset or DEFAULT_DATASET, args.sample or 0  # recorded as used
+    if "known" in args:  # these studies clamp the training labels for gbpn, none for gbpn-i
+        args.known = "train" if args.variant == "gbpn" else "none"
+    data = load_dataset(args.dataset, args.data_dir, sample=args.sample, header=args.header)
     name = dataset_name(args.dataset)
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")

@@ -172,6 +172,8 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         raise GBPNError(f"checkpoint {path} does not exist")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as err:  # unreadable (permissions), not damaged
+        raise GBPNError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
     except Exception as err:
         raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(err).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
