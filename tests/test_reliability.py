@@ -339,12 +339,41 @@ def test_values_beyond_meaning_are_usage_errors(tmp_path, args, message, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_training_that_diverges_says_so(graph, tmp_path, capsys):
-    assert _train(["--dataset", str(graph), "--lr", "1e6", "--epochs", "6"], tmp_path / "a") == 2
-    assert "training diverged at epoch" in capsys.readouterr().err
+def test_training_that_diverges_says_so(graph, tmp_path, capsys, caplog):
+    from gbpn.training import train_with_selection
+
+    # diverged after some epochs: stopped there, the best epoch before it kept, and said
+    model = torch.nn.Linear(2, 2)
+    x, y = torch.randn(10, 2), torch.arange(10) % 2
+    masks = (torch.arange(10) < 4, (torch.arange(10) >= 4) & (torch.arange(10) < 7), torch.arange(10) >= 7)
+
+    def train_epoch(epoch):
+        if epoch == 3:
+            with torch.no_grad():
+                model.weight.fill_(float("nan"))
+        return 1.0
+
+    metrics, out, history = train_with_selection(model, train_epoch, lambda e: model(x).log_softmax(-1), y, masks,
+                                                 epochs=10, desc="t")
+    assert metrics["diverged_at"] == 4 and len(history) == 3 and bool(torch.isfinite(model.weight).all())
+    assert any("training diverged at epoch 4 (its output holds NaN or inf" in r.message
+               or "training diverged at epoch 4 (weight holds NaN" in r.message for r in caplog.records)
+    # diverged in the first epoch: nothing to keep, an error naming the cause
     assert _train(["--dataset", str(graph), "--coupling-lr", "1000", "--epochs", "6"], tmp_path / "b") == 2
+    assert "training diverged at epoch 1 (log H spans" in capsys.readouterr().err
+
+
+def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):
+    import gbpn.experiments.runner as runner
+
+    def too_big(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried "
+                           "to allocate 40000000000000000 bytes.")
+
+    monkeypatch.setattr(runner, "fit", too_big)
+    assert _train(["--dataset", str(graph)], tmp_path / "a") == 2
     err = capsys.readouterr().err
-    assert "training diverged at epoch" in err and "--coupling-lr" in err
+    assert "error: out of memory" in err and "--hidden" in err and "internal error" not in err
 
 
 def test_a_hand_edited_config_is_checked_value_by_value(run2, tmp_path, capsys):
@@ -363,6 +392,10 @@ def test_a_hand_edited_config_is_checked_value_by_value(run2, tmp_path, capsys):
         (tmp_path / "c.json").write_text(json.dumps({**rec, **top}))
         assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
         assert message in capsys.readouterr().err
+    # a config of an older version, without the options added since, takes their defaults
+    older = {k: v for k, v in rec["train"].items() if k not in ("metric", "potential", "layer_norm")}
+    (tmp_path / "c.json").write_text(json.dumps({**rec, "train": older}))
+    assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "older"), "-q"]) == 0
     (tmp_path / "c.json").write_text("[1, 2]")
     assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
     assert "is not a run's config.json" in capsys.readouterr().err

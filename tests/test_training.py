@@ -293,3 +293,25 @@ def test_an_undefined_validation_roc_auc_selects_on_accuracy(caplog):
     res = fit(data, TrainConfig(epochs=8, hidden=8, metric="roc_auc"), masks=(train, val, test), progress=False)
     assert res.metrics["selected_on"] == "accuracy" and res.metrics["val_roc_auc"] != res.metrics["val_roc_auc"]
     assert any("selected on validation accuracy" in r.message for r in caplog.records)
+
+
+def test_auto_candidates_fall_back_to_accuracy_where_no_validation_roc_auc_is_defined():
+    from gbpn.training import select_candidate
+
+    rows = [{"val_roc_auc": None, "val_accuracy": 0.6}, {"val_roc_auc": float("nan"), "val_accuracy": 0.8}]
+    assert select_candidate(rows, "roc_auc") == 1
+    rows[0]["val_roc_auc"] = 0.5  # one defined: it decides
+    assert select_candidate(rows, "roc_auc") == 0
+
+
+def test_the_baselines_check_their_masks():
+    from gbpn.baselines import fit_baseline
+    from gbpn.baselines.large import fit_large_baseline
+
+    data = _plain_graph()
+    idx = torch.arange(data.num_nodes)
+    masks = (idx < 12, (idx >= 10) & (idx < 20), idx >= 20)  # train and val share two nodes
+    with pytest.raises(GBPNError, match="train and val masks share 2"):
+        fit_baseline("mlp", data, masks, epochs=1)
+    with pytest.raises(GBPNError, match="train and val masks share 2"):
+        fit_large_baseline("sage-sampled", data, masks, epochs=1)

@@ -112,8 +112,8 @@ def _add_potential_args(p: argparse.ArgumentParser) -> None:
                         "instead of keeping it apart")
     p.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation (epochs, --potential auto) and the reported score; auto: "
-                        "roc_auc for binary labels with a minority class under 30%% of the labelled nodes, accuracy "
-                        "otherwise (default: auto)")
+                        "roc_auc for binary labels with a minority class under 30%% (of trial 0's training and "
+                        "validation labels), accuracy otherwise (default: auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--metric", default="auto", choices=["auto", *METRICS],
                    help="model selection on validation for GBPN and the full-batch baselines (LP and C&S: their "
                         "alphas), reported beside accuracy; auto: roc_auc for binary labels with a minority class "
-                        "under 30%% of the labelled nodes, accuracy otherwise (default: auto)")
+                        "under 30%% (of trial 0's training and validation labels), accuracy otherwise (default: "
+                        "auto)")
     b.add_argument("--save-predictions", action="store_true",
                    help="also write every run's class probabilities on every node (predictions/<dataset>__<model>"
                         "__<trial>.csv) and each GBPN run's checkpoint (checkpoints/...pt); not for the mini-batch "
@@ -356,6 +357,8 @@ def _recorded_run(path: str) -> tuple:
         value = rec.get(key, least)
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise GBPNError(f"{path}: {key} must be a whole number >= {least}, got {value!r}")
+    if rec.get("seed", 0) + rec.get("trials", 1) - 1 > MAX_SEED:
+        raise GBPNError(f"{path}: seed + trials must stay within {MAX_SEED} (torch and NumPy read seeds modulo 2^32)")
     try:
         source = rec.get("source") or {"dataset": rec["dataset"], "data_dir": None}
         recorded, (rank, world) = rec.get("world_size"), rank_and_world()
@@ -919,7 +922,7 @@ DISTRIBUTED_COMMANDS = ("train", "predict")
 
 # seeds go to torch.manual_seed and numpy, which read them modulo 2^32 (or overflow beyond 2^64)
 MAX_SEED = 2**32 - 1
-# a count beyond this is a typo (and overflows torch's int32 sizes), not a request
+# a count beyond this is a typo, not a request (and overflows the int32 of numba's and NumPy's indices)
 MAX_COUNT = 2**31 - 1
 
 
@@ -988,7 +991,8 @@ def _main_distributed(args: argparse.Namespace) -> int:
 
 def _out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is an allocation that failed (CPU or CUDA), not a bug."""
-    return isinstance(err, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(err)
+    cuda_oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError: 2.5+
+    return isinstance(err, (MemoryError, cuda_oom)) or "can't allocate memory" in str(err)
 
 
 def _run(args: argparse.Namespace) -> int:

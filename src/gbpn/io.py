@@ -64,6 +64,16 @@ def strict_json(obj: Any) -> Any:
     return obj
 
 
+def is_score(value: Any) -> bool:
+    """Whether a value read back from JSON is a score: a number, or null (undefined, see :func:`strict_json`)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def score_or_nan(value: Any) -> float:
+    """A score read back from JSON as a float: null, missing (None) or not a number as NaN."""
+    return float(value) if is_score(value) and value is not None else math.nan
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """``obj`` as strict JSON (undefined numbers as ``null``), written atomically."""
     text = json.dumps(strict_json(obj), indent=2, sort_keys=False, default=str, allow_nan=False)

@@ -1,7 +1,7 @@
 """Scores of predicted log-beliefs against labels."""
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from torch import Tensor
 
@@ -69,11 +69,12 @@ def check_metric(metric: str, num_classes: int, dataset: str = "the graph") -> N
                         "accuracy, macro_f1 or auto")
 
 
-def default_metric(y: Tensor, num_classes: int) -> str:
-    """``roc_auc`` for binary labels whose minority class is under 30% of the graph's labelled nodes
-    (accuracy hides a poor ranking there), ``accuracy`` otherwise. A property of the graph, not of a
-    split, so every trial and model of a run is scored alike (labels < 0 count as unlabelled)."""
-    labels = y[y >= 0]
+def default_metric(y: Tensor, num_classes: int, mask: Optional[Tensor] = None) -> str:
+    """``roc_auc`` for binary labels whose minority class is under 30% of the labelled nodes in
+    ``mask`` (accuracy hides a poor ranking there), ``accuracy`` otherwise. Runs and grids read it
+    once, from their first split's training and validation nodes (no test label takes part), so
+    every trial and model of a run is scored alike; without ``mask``, every labelled node."""
+    labels = y[y >= 0] if mask is None else y[mask & (y >= 0)]
     if num_classes != 2 or labels.numel() == 0:
         return "accuracy"
     share = float((labels == 1).float().mean())

@@ -23,10 +23,11 @@ from gbpn.data.graph import as_training_graph, clean_graph
 from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.nn.validation import MAX_LOG_H_SPREAD, NonFinitePotentialError
+from gbpn.io import score_or_nan
 from gbpn.metrics import check_metric, default_metric, f1_with_val_threshold, score
 from gbpn.nn.encoders import GraphInput
 from gbpn.nn.model import GBPN
+from gbpn.nn.validation import MAX_LOG_H_SPREAD, NonFinitePotentialError
 from gbpn.objective import (
     balanced_class_weight,
     degree_temperature,
@@ -97,7 +98,7 @@ def train_with_selection(
     """
     train_mask, val_mask, test_mask = masks
     select = metric
-    if metric == "roc_auc" and y[val_mask].unique().numel() < 2:
+    if metric == "roc_auc" and y[val_mask].unique().numel() == 1:
         select = "accuracy"  # NaN every epoch would keep the first epoch, whatever it scores
         logger.warning(f"{desc}: the validation nodes hold one class, so their ROC AUC is undefined: epochs are "
                        "selected on validation accuracy")
@@ -107,15 +108,20 @@ def train_with_selection(
     history: List[Dict[str, float]] = []
     start = time.perf_counter()
     bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
+    diverged_at = None
     for epoch in bar:
+        why = None
         try:
             model.train()
             loss = train_epoch(epoch)
-            why = diverged(model) or (None if math.isfinite(loss) else f"the loss is {loss}")
-            if why is None:
+            if not math.isfinite(loss):
+                why = diverged(model) or f"the loss is {loss}"
+            else:
                 model.eval()
                 with torch.no_grad():
                     out = evaluate(epoch)
+                if bool((out.isnan() | out.isposinf()).any()):  # a NaN model must not become the best epoch
+                    why = diverged(model) or "its output holds NaN or inf"  # (-inf, log 0, is a clamp's)
         except ValueError as err:  # the layers' input checks see a NaN potential or a coupling out of range
             # features were checked finite before training, so a non-finite potential is the weights'
             why = diverged(model) or ("the encoder's output overflowed" if isinstance(err, NonFinitePotentialError)
@@ -123,8 +129,13 @@ def train_with_selection(
             if why is None:
                 raise
         if why is not None:
-            raise GBPNError(f"{desc}: training diverged at epoch {epoch + 1} ({why}); lower the learning rate: lr "
-                            "(--lr), or coupling_lr (--coupling-lr) where the coupling ran away")
+            advice = "lower the learning rate: lr (--lr), or coupling_lr (--coupling-lr) where the coupling ran away"
+            if best_state is None:
+                raise GBPNError(f"{desc}: training diverged at epoch {epoch + 1} ({why}); {advice}")
+            logger.warning(f"{desc}: training diverged at epoch {epoch + 1} ({why}): stopped there, keeping the best "
+                           f"epoch before it ({best['epoch'] + 1}); {advice}")
+            diverged_at = epoch + 1
+            break
         row = {"epoch": epoch, "loss": loss}
         for name in dict.fromkeys(("accuracy", metric)):
             for split, mask in zip(("train", "val", "test"), masks):
@@ -143,6 +154,8 @@ def train_with_selection(
         metrics["metric"] = metric
     if select != metric:
         metrics["selected_on"] = select
+    if diverged_at is not None:
+        metrics["diverged_at"] = diverged_at
     model.load_state_dict(best_state)
     return metrics, best_out, history
 
@@ -156,7 +169,7 @@ def diverged(model: torch.nn.Module) -> Optional[str]:
     coupling = getattr(getattr(model, "bp", None), "coupling", None)
     if coupling is not None:
         log_H = coupling.log_H.detach()
-        if float(log_H.max() - log_H.min()) > MAX_LOG_H_SPREAD[torch.float32]:
+        if float(log_H.max() - log_H.min()) > MAX_LOG_H_SPREAD.get(log_H.dtype, math.inf):
             return f"log H spans {float(log_H.max() - log_H.min()):.0f}"
     return None
 
@@ -353,15 +366,15 @@ def select_by_validation(val_scores: Sequence[float]) -> int:
     """Index of the best validation score (ties: the earlier, i.e. simpler, candidate; NaN never
     wins). Only validation scores are passed in: test labels never take part."""
     # NaN (e.g. one class in validation; null once read back from JSON) never wins
-    vals = [v if v is not None and v == v else -math.inf for v in val_scores]
+    vals = [v if v == v else -math.inf for v in map(score_or_nan, val_scores)]
     return max(range(len(vals)), key=lambda i: (vals[i], -i))
 
 
 def select_candidate(rows: Sequence[Dict], metric: str) -> int:
     """Index of the candidate run with the best validation ``metric``; on validation accuracy where
     no candidate's is defined (ROC AUC of a validation split holding one class), as their epochs were."""
-    scores = [r.get(f"val_{metric}") for r in rows]
-    if all(v is None or v != v for v in scores):
+    scores = [score_or_nan(r.get(f"val_{metric}")) for r in rows]
+    if all(v != v for v in scores):
         scores = [r.get("val_accuracy") for r in rows]
     return select_by_validation(scores)
 
@@ -418,7 +431,7 @@ def fit(
         logger.warning(f"{desc}: {unseen} of {int(data.num_classes)} classes have no training node, so the model "
                        "learns them from no example (label more nodes of those classes, or merge them)")
     if config.metric == "auto":
-        config = replace(config, metric=default_metric(data.y, int(data.num_classes)))
+        config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0] | masks[1]))
     if config.potential != "auto":
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
     candidates, results = auto_candidates(config), []

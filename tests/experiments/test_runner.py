@@ -42,7 +42,9 @@ def test_run_records_the_metric_dropout_and_tree_depth_it_used(tmp_path):
     g = _binary_folder(tmp_path / "g")
     cfg = TrainConfig(epochs=3, hidden=8, batch_size=32, num_steps=2)
     run_trials(str(g), cfg, trials=2, output=tmp_path / "a", progress=False, log=lambda m: None)
-    rec = _strict(tmp_path / "a" / "config.json")["train"]
+    whole = _strict(tmp_path / "a" / "config.json")
+    rec = whole["train"]
+    assert rec["device"] == "cpu" and whole["device_used"] == "cpu"
     # the dropout by the rule for 2 features and 24 training nodes
     assert rec["metric"] == "roc_auc" and rec["dropout"] == pytest.approx(0.3) and rec["num_hops"] == 2
     metrics = _strict(tmp_path / "a" / "metrics.json")
@@ -50,6 +52,7 @@ def test_run_records_the_metric_dropout_and_tree_depth_it_used(tmp_path):
     # a folder written before these were recorded resolved resumes as the same run
     old = json.loads((tmp_path / "a" / "config.json").read_text())
     old["train"].update(metric="auto", dropout=None, num_hops=None)
+    del old["device_used"]
     (tmp_path / "a" / "config.json").write_text(json.dumps(old))
     msgs = []
     run_trials(str(g), cfg, trials=3, output=tmp_path / "a", progress=False, log=msgs.append)
@@ -72,3 +75,26 @@ def test_a_run_without_validation_nodes_still_keeps_a_checkpoint(tmp_path):
     # resuming reads the nulls back
     run_trials(str(g), cfg, trials=3, output=tmp_path / "a", progress=False, log=lambda m: None)
     assert len(_strict(tmp_path / "a" / "metrics.json")["trials"]) == 3
+
+
+def test_device_auto_is_recorded_as_asked_and_as_used(tmp_path):
+    g = _binary_folder(tmp_path / "g", minority=0.5)
+    cfg = TrainConfig(epochs=2, hidden=8, device="auto")
+    run_trials(str(g), cfg, trials=1, output=tmp_path / "a", progress=False, log=lambda m: None)
+    rec = _strict(tmp_path / "a" / "config.json")
+    # "auto" reruns anywhere (--config on a machine without the GPU it found); the device used is beside it
+    assert rec["train"]["device"] == "auto" and rec["device_used"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    msgs = []
+    run_trials(str(g), cfg, trials=2, output=tmp_path / "a", progress=False, log=msgs.append)
+    assert any("1 of 2 trials already finished" in m for m in msgs)
+
+
+def test_a_folder_whose_trials_chose_another_metric_is_not_resumed(tmp_path):
+    g = _binary_folder(tmp_path / "g")
+    cfg = TrainConfig(epochs=2, hidden=8)
+    run_trials(str(g), cfg, trials=1, output=tmp_path / "a", progress=False, log=lambda m: None)
+    rec = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    rec["trials"][0]["metric"] = "macro_f1"  # as an old per-trial "auto" could have chosen
+    (tmp_path / "a" / "metrics.json").write_text(json.dumps(rec))
+    with pytest.raises(Exception, match="selected on another metric than this run's roc_auc"):
+        run_trials(str(g), cfg, trials=2, output=tmp_path / "a", progress=False, log=lambda m: None)

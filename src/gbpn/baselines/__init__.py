@@ -159,7 +159,7 @@ def fit_baseline(
         raise GBPNError(f"dropout must be in [0, 1), got {dropout}")
     masks = check_masks(masks, data.y)
     if metric == "auto":
-        metric = default_metric(data.y, _num_classes(data))
+        metric = default_metric(data.y, _num_classes(data), masks[0] | masks[1])
     if metric not in METRICS:
         raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
     dropout = dropout if dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))

@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 
 from gbpn.baselines.gnn import GAT, SAGE, TwoLayerGNN
 from gbpn.baselines.training import Masks
+from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.sampling.neighbor import in_edges, sample_subgraph
 from gbpn.sampling.tree import CSRGraph, expand
@@ -106,6 +107,7 @@ def fit_large_baseline(
         raise GBPNError(f"unknown large-graph baseline {name!r}; choose one of {', '.join(LARGE_BASELINES)}")
     if min(epochs, batch_size, fanout, cluster_size, clusters_per_batch, hidden, node_chunk) < 1:
         raise GBPNError("epochs, batch size, fanout, cluster size, clusters per batch and hidden must be positive")
+    masks = check_masks(masks, data.y)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     c = int(data.num_classes)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
-from gbpn.io import atomic_write, read_json, versions, write_json, write_predictions
+from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.metrics import check_metric, default_metric
 from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_candidate
 
@@ -149,24 +148,17 @@ def _read_rows(rows_dir: Path) -> List[Dict]:
     for p in sorted(rows_dir.glob("*.json")) if rows_dir.is_dir() else []:
         r = read_json(p)
         if not (isinstance(r, dict) and isinstance(r.get("dataset"), str) and isinstance(r.get("model"), str)
-                and isinstance(r.get("trial"), int) and (r.get("test_accuracy") is None
-                                                         or isinstance(r.get("test_accuracy"), (int, float)))
-                and "test_accuracy" in r):
+                and isinstance(r.get("trial"), int) and "test_accuracy" in r and is_score(r["test_accuracy"])):
             raise GBPNError(f"{p} is not a finished run of a grid (a dataset, model, trial and test_accuracy); "
                             "delete it (the run it stands for is redone) or move it out of rows/")
         rows.append(r)
     return rows
 
 
-def _number(value) -> float:
-    """A score read back from JSON: null (undefined) as NaN."""
-    return math.nan if value is None else float(value)
-
-
 def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
     cells: Dict = {}
     for r in rows:
-        cells.setdefault((r["dataset"], r["model"]), []).append(100 * _number(r["test_accuracy"]))
+        cells.setdefault((r["dataset"], r["model"]), []).append(100 * score_or_nan(r["test_accuracy"]))
     lines = ["| dataset | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
     for ds in datasets:
         stats = {m: cells.get((ds, m)) for m in models}
@@ -343,7 +335,11 @@ def run_grid(
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
             start = time.perf_counter()
-            resolved = default_metric(data.y, int(data.num_classes)) if metric == "auto" else metric
+            if metric == "auto":  # once per data set, from trial 0's training and validation labels
+                first_train, first_val, _ = trial_split(data, 0, seed)[0]
+                resolved = default_metric(data.y, int(data.num_classes), first_train | first_val)
+            else:
+                resolved = metric
             if members.get(m):
                 cands = []
                 for g, _ in members[m]:

@@ -3,7 +3,8 @@
 A run directory holds ``config.json`` (dataset, split, hyper-parameters,
 library versions), ``metrics.json`` (one entry per finished trial, rewritten
 atomically after each), ``splits/trial_K.npz`` (the boolean masks used) and
-``model.pt`` (the checkpoint of the trial with the best validation accuracy; it remembers
+``model.pt`` (the checkpoint of the trial with the best validation score, by the run's
+selection metric; it remembers
 its data set and data folder, so ``gbpn predict --checkpoint`` needs nothing else), and with
 ``save_trials`` every trial's ``checkpoints/trial_K.pt`` and ``predictions/trial_K.csv``.
 Hyper-parameters are recorded resolved (the dropout and metric the run used, not ``None`` or ``"auto"``), so
@@ -28,7 +29,8 @@ from gbpn.data.datasets import data_root, find_byo_file, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.io import atomic_write, read_json, save_checkpoint, versions, write_json, write_predictions
+from gbpn.io import (atomic_write, is_score, read_json, save_checkpoint, score_or_nan, versions, write_json,
+                     write_predictions)
 from gbpn.metrics import check_metric, default_metric
 from gbpn.training import fit, model_args, predict
 
@@ -66,10 +68,10 @@ def _summary(trials: list) -> Dict[str, float]:
 
 
 def _validation(trial: Dict, metric: str) -> float:
-    """A trial's validation ``metric`` (the model-selection one) for choosing ``model.pt``: NaN
-    (no validation nodes) or null (NaN read back from JSON) ranks below any number."""
-    v = trial.get(f"val_{metric}", trial["val_accuracy"])
-    return -math.inf if not isinstance(v, (int, float)) or v != v else float(v)
+    """A trial's validation ``metric`` (the model-selection one; accuracy where the trial fell back to
+    it) for choosing ``model.pt``: NaN, null or missing ranks below any number."""
+    v = score_or_nan(trial.get(f"val_{trial.get('selected_on', metric)}"))
+    return -math.inf if v != v else v
 
 
 def _finished_trials(path: Path) -> list:
@@ -77,12 +79,9 @@ def _finished_trials(path: Path) -> list:
     record = read_json(path)
     trials = record.get("trials") if isinstance(record, dict) else None
 
-    def score(v) -> bool:
-        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
-
     if not isinstance(trials, list) or not all(
             isinstance(t, dict) and isinstance(t.get("trial"), int) and t["trial"] >= 0 and "val_accuracy" in t
-            and score(t["val_accuracy"]) and score(t.get("test_accuracy")) for t in trials) \
+            and is_score(t["val_accuracy"]) and is_score(t.get("test_accuracy")) for t in trials) \
             or len({t["trial"] for t in trials}) != len(trials):
         raise GBPNError(f"{path} is not a gbpn metrics file (a list of finished trials, each numbered once, with "
                         "numeric scores); delete it to rerun every trial, or choose a new --output folder")
@@ -162,9 +161,9 @@ def run_trials(
     if seen.numel() < 2:  # accuracy would be 100% by construction
         raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
                         "labelled nodes of at least two classes")
-    first_train = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0][0]
+    first_train, first_val, _ = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0]
     defaults = {"dropout": default_dropout(data.num_features, int(first_train.sum())),
-                "metric": default_metric(data.y, int(data.num_classes))}
+                "metric": default_metric(data.y, int(data.num_classes), first_train | first_val)}
     config = _resolved(config, defaults)  # record the values the run uses, not None or "auto"
     out = Path(output)
     source = data_source(dataset, data_dir, header)
@@ -180,6 +179,7 @@ def run_trials(
         "graph": {"num_nodes": data.num_nodes, "num_edges": int(data.edge_index.size(1)),
                   "num_features": data.num_features, "num_classes": int(data.num_classes)},
         "train": config.to_dict(),
+        "device_used": str(resolve_device(config.device)),  # where "auto" ran; not part of the run's identity
     }
     metrics_path = out / "metrics.json"
     rank, world = rank_and_world()
@@ -238,14 +238,14 @@ def run_trials(
 
 def _resolved(config: TrainConfig, defaults: Dict) -> TrainConfig:
     """``config`` with the values a run uses in place of its defaults: ``dropout`` (None) and ``metric``
-    ("auto") from ``defaults``, ``device`` ("auto") as this machine resolves it, the tree depth
-    ``num_hops`` (None: ``num_steps``) where trees are sampled."""
+    ("auto") from ``defaults``, the tree depth ``num_hops`` (None: ``num_steps``) where trees are sampled.
+    ``device`` stays as asked ("auto" reruns anywhere); ``config.json`` records the one used apart."""
     return dataclasses.replace(
         config,
         dropout=defaults["dropout"] if config.dropout is None else config.dropout,
         metric=defaults["metric"] if config.metric == "auto" else config.metric,
-        device=str(resolve_device(config.device)) if config.device == "auto" else config.device,
-        num_hops=config.num_steps if config.num_hops is None and config.batch_size is not None else config.num_hops)
+        num_hops=(config.num_steps if config.num_hops is None and config.batch_size is not None and config.num_steps >= 1
+                  else config.num_hops))
 
 
 def _differences(old: Dict, new: Dict, prefix: str = "") -> List[str]:
@@ -271,7 +271,7 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
             previous["train"] = _resolved(TrainConfig.from_dict(previous["train"]), defaults).to_dict()
         except GBPNError:  # another version's fields, or hand-edited ones: the comparison below names them
             pass
-    ignore = ("trials", "versions", "source")  # the same run, wherever its files are read from
+    ignore = ("trials", "versions", "source", "device_used")  # the same run, wherever its files are read from
     differ = _differences({k: v for k, v in previous.items() if k not in ignore},
                           {k: v for k, v in run_config.items() if k not in ignore})
     if differ:
@@ -281,6 +281,11 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
         done = _finished_trials(metrics_path)
     except GBPNError as err:
         return [], str(err)
+    metric = run_config["train"]["metric"]
+    other = [t["trial"] for t in done if t.get("metric", "accuracy") != metric]
+    if other:  # folders from before --metric auto was one choice per run: a trial may have chosen otherwise
+        return [], (f"{out} holds trial(s) {', '.join(str(t + 1) for t in other)} selected on another metric than "
+                    f"this run's {metric}; choose a new --output folder")
     beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
     if beyond:  # rewriting metrics.json would drop them while model.pt may come from one
         return [], (f"{out} already holds {len(done)} finished trials (up to trial {beyond[-1]}); "

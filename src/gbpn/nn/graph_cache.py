@@ -35,6 +35,7 @@ class GraphCache:
         _caches.add(self)
 
     def clear(self) -> None:
+        """Forget every cached graph."""
         self._entries.clear()
 
     @staticmethod

@@ -19,6 +19,7 @@ from gbpn.nn.graph_cache import GraphCache
 
 _enabled = True
 
+
 class NonFinitePotentialError(ValueError):
     """A self-potential with NaN or +inf (from finite features: weights that diverged in training)."""
 
@@ -118,8 +119,9 @@ def check_bp_inputs(
     finite = torch.isfinite(log_self)
     bad = None if bool(finite.all()) else torch.isnan(log_self).any(1) | (log_self == math.inf).any(1) | ~finite.any(1)
     if bad is not None and bool(bad.any()):
-        raise NonFinitePotentialError(f"log_self has NaN, +inf or all -inf in row(s) {bad.nonzero().view(-1)[:5].tolist()}: "
-                         "one such row would turn its whole connected component into NaN")
+        raise NonFinitePotentialError(f"log_self has NaN, +inf or all -inf in row(s) "
+                                      f"{bad.nonzero().view(-1)[:5].tolist()}: one such row would turn its whole "
+                                      "connected component into NaN")
     _checked_graphs.get((edge_index, rev_index), num_nodes, lambda: _check_graph(edge_index, rev_index, num_nodes))
     num_edges = edge_index.size(1)
     _check_per_edge("edge_weight", edge_weight, num_edges)
