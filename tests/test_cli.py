@@ -133,7 +133,7 @@ def test_mismatched_features_and_labels(trained, tmp_path, capsys):
     np.savetxt(g / "features.csv", np.random.rand(2, 2), delimiter=",")
     np.savetxt(g / "labels.csv", np.array([0, 7]), fmt="%d")
     code, _, err = run(["predict", "--checkpoint", str(trained / "model.pt"), "--dataset", str(g)], capsys)
-    assert code == 2 and "2 classes" in err
+    assert code == 2 and "the checkpoint knows 2" in err
 
 
 def test_console_script_runs_as_a_process(tmp_path):
@@ -428,3 +428,38 @@ def test_coupling_checks_its_output_before_printing(trained, tmp_path, capsys):
     code, out, err = run(["coupling", "--checkpoint", str(trained / "model.pt"), "--output",
                           str(tmp_path / "file")], capsys)
     assert code == 2 and out == "" and "is a file, not a folder" in err
+
+
+def test_a_checkpoint_keeps_its_sample_and_reads_other_graphs_without_its_public_split(tmp_path, capsys):
+    run_dir = tmp_path / "s"
+    assert main(["train", "--sample", "2", "--epochs", "2", "--hidden", "8", "--output", str(run_dir), "-q"]) == 0
+    ckpt = str(run_dir / "model.pt")
+    # naming the checkpoint's own data set keeps its sample (it used to reset it to 0: "labels changed")
+    assert main(["predict", "--checkpoint", ckpt, "--dataset", "synth-ising+", "--output", str(tmp_path / "p.csv"),
+                 "-q"]) == 0
+    assert main(["predict", "--checkpoint", ckpt, "--sample", "1", "--output", str(tmp_path / "q.csv"), "-q"]) == 2
+    assert "--sample 1 differs from the checkpoint's sample 2" in capsys.readouterr().err
+    # a public split the other graph does not have is needed by --known train only
+    g, y = _graph_folder(tmp_path / "g")
+    masks = np.zeros((3, len(y)), dtype=bool)
+    masks[0, ::3], masks[1, 1::3], masks[2, 2::3] = True, True, True
+    np.savez(g / "splits.npz", train=masks[0], val=masks[1], test=masks[2])
+    assert main(["train", "--dataset", str(g), "--epochs", "2", "--hidden", "8", "--output", str(tmp_path / "b"),
+                 "-q"]) == 0
+    other, _ = _graph_folder(tmp_path / "other", seed=1)
+    for known in ("none", "labeled", "train"):
+        assert main(["predict", "--checkpoint", str(tmp_path / "b" / "model.pt"), "--dataset", str(other), "--known",
+                     known, "--output", str(tmp_path / f"{known}.csv"), "-q"]) == 0, known
+
+
+def test_coupling_csv_quotes_class_names_and_sample_mrf_bounds_its_coupling(trained, tmp_path, capsys):
+    import csv
+
+    from gbpn.experiments.coupling import save_coupling_csv
+
+    save_coupling_csv(tmp_path / "c.csv", np.eye(2) + 1, ["yes, really", 'say "hi"'])
+    rows = list(csv.reader(open(tmp_path / "c.csv")))
+    assert rows[0] == ["class", "yes, really", 'say "hi"'] and rows[1][0] == "yes, really" and len(rows[1]) == 3
+    assert main(["sample-mrf", "--output", str(tmp_path / "m"), "--size", "5", "--coupling", "1e308", "1", "1",
+                 "1e308"]) == 2
+    assert "at most e^80" in capsys.readouterr().err and not (tmp_path / "m").exists()

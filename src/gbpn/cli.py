@@ -497,7 +497,6 @@ def _checkpoint_and_data(args: argparse.Namespace):
 
     The graph is the one the checkpoint was trained on unless ``--dataset`` names another."""
     from gbpn.data.datasets import load_dataset
-    from gbpn.data.splits import split_from_record
     from gbpn.experiments.runner import labels_fingerprint
     from gbpn.io import load_checkpoint
 
@@ -507,16 +506,19 @@ def _checkpoint_and_data(args: argparse.Namespace):
     if dataset is None:
         raise GBPNError(f"{args.checkpoint} does not record its data set: give --dataset")
     data_dir = args.data_dir or source.get("data_dir")
-    sample = args.sample if args.sample is not None else (meta.get("sample", 0) if not args.dataset else 0)
+    same = not args.dataset or _same_source(args.dataset, source, meta)
+    recorded_sample = meta.get("sample", 0)
+    sample = args.sample if args.sample is not None else (recorded_sample if same else 0)
     header = args.header if args.header is not None or args.dataset else source.get("header")
     data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if data.num_features != model.in_channels:
         raise GBPNError(f"the graph has {data.num_features} features per node but the checkpoint expects "
                         f"{model.in_channels}")
     if int(data.y.max()) >= model.num_classes:
-        raise GBPNError(f"labels go up to {int(data.y.max())} but the checkpoint knows {model.num_classes} classes")
-    masks = split_from_record(data, meta["split"]) if int((data.y >= 0).sum()) >= 3 else None
+        raise GBPNError(f"the graph has {int(data.y.max()) + 1} classes (labels up to {int(data.y.max())}) but the "
+                        f"checkpoint knows {model.num_classes}")
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
+    masks = _split_of(data, meta, same and sample == recorded_sample, known == "train")
     # another graph than the checkpoint's has no training split of its own: one is drawn as in training
     whose = "the checkpoint's split" if _same_source(dataset, source, meta) else "a split drawn as in training"
     mask = None
@@ -526,6 +528,9 @@ def _checkpoint_and_data(args: argparse.Namespace):
                             "without labels: --known none)")
         recorded = meta.get("labels_sha1")
         public = (meta.get("split") or {}).get("kind") == "public"  # read from the data set, not drawn from labels
+        if same and sample != recorded_sample:
+            raise GBPNError(f"--sample {sample} differs from the checkpoint's sample {recorded_sample}, whose training "
+                            "split it would clamp: use --known none or --known labeled, or leave --sample out")
         if whose == "the checkpoint's split" and not public and recorded and recorded != labels_fingerprint(data.y):
             raise GBPNError(f"the labels of {dataset} changed since the checkpoint was trained, so its training split "
                             "cannot be rebuilt: use --known none (features only) or --known labeled (every labelled "
@@ -543,6 +548,31 @@ def _checkpoint_and_data(args: argparse.Namespace):
             logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
                            f"{whose}: scoring this output on them measures nothing (--known train clamps the training split only)")
     return model, meta, data, masks, mask, known
+
+
+def _split_of(data, meta: dict, own: bool, needed: bool):
+    """The checkpoint's split rebuilt on ``data`` (``own``: the graph and sample it was trained on), or on
+    another graph without the public split it recorded, one drawn as in training; ``None`` without 3
+    labelled nodes, or where the evidence does not need it and it cannot be had."""
+    from gbpn.data.splits import random_split, split_from_record
+
+    if int((data.y >= 0).sum()) < 3:
+        return None
+    record = meta.get("split")
+    try:
+        if not isinstance(record, dict):
+            raise KeyError("split")
+        return split_from_record(data, record)
+    except (KeyError, TypeError, ValueError) as err:
+        if needed:
+            raise GBPNError(f"the checkpoint's split record is damaged ({type(err).__name__}: {err}): use --known "
+                            "none or --known labeled") from None
+    except GBPNError:  # a public split this graph does not have
+        if own and needed:
+            raise
+        if not own:
+            return random_split(data.y, seed=int(meta.get("seed", 0) or 0))
+    return None
 
 
 def _same_source(dataset: str, source: dict, meta: dict) -> bool:
@@ -734,6 +764,10 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
         c = int(round(len(args.coupling) ** 0.5))
         if c * c != len(args.coupling) or not all(0 < v < float("inf") for v in args.coupling):  # NaN fails too
             raise GBPNError("--coupling needs c*c positive finite numbers (the matrix row by row)")
+        spread = math.log(max(args.coupling)) - math.log(min(args.coupling))
+        if spread > 80:  # what gbpn's float32 BP computes exactly (and what mrf.json can record)
+            raise GBPNError(f"--coupling spans a ratio of e^{spread:.0f} between its largest and smallest entries; at "
+                            "most e^80 (float32 BP): keep the coupling milder")
         coupling = torch.tensor(args.coupling, dtype=torch.float64).view(c, c)
         want = 2 if args.kind.startswith("ising") else 3
         if c != want or not torch.allclose(coupling, coupling.T):
@@ -1008,6 +1042,10 @@ def _run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
             return 130
+        except BrokenPipeError:  # stdout's reader left (`| head`): what it read is what it wanted
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+            return 141
         except Exception as err:  # a bug, not a user error: one line, full trace on request
             if os.environ.get("GBPN_DEBUG"):
                 raise

@@ -182,7 +182,7 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         raise GBPNError(f"checkpoint {path} does not exist")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as err:  # unreadable (permissions), not damaged
+    except PermissionError as err:  # unreadable, not damaged
         raise GBPNError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
     except Exception as err:
         raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(err).__name__})") from None
@@ -194,7 +194,9 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         state = {("encoder." + k[4:] if k.startswith("mlp.") else k): v for k, v in payload["state_dict"].items()}
         model.load_state_dict(state)
     except Exception as err:
-        raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {err})") from None
+        first = str(err).strip().splitlines()  # load_state_dict lists every mismatch on its own line
+        detail = " ".join(line.strip() for line in first[:3]) + (" ..." if len(first) > 3 else "")
+        raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {detail})") from None
     bad = [k for k, v in payload["state_dict"].items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
     if bad:
         raise GBPNError(f"checkpoint {path} has NaN or infinite weights ({', '.join(bad[:3])}): it cannot "

@@ -8,6 +8,7 @@ scale), with the Pearson correlation of their entries beside it.
 """
 from __future__ import annotations
 
+import csv
 import io
 from pathlib import Path
 from typing import Dict, Optional, Sequence
@@ -38,9 +39,9 @@ def save_coupling_csv(path: str | Path, H: np.ndarray, class_names: Optional[Seq
     c = H.shape[0]
     names = list(class_names) if class_names and len(class_names) == c else [str(k) for k in range(c)]
     buf = io.StringIO()
-    buf.write("class," + ",".join(names) + "\n")
-    for n, row in zip(names, H):
-        buf.write(n + "," + ",".join(f"{v:.6g}" for v in row) + "\n")
+    w = csv.writer(buf, lineterminator="\n")  # class names may hold commas or quotes
+    w.writerow(["class", *names])
+    w.writerows([n, *(f"{v:.6g}" for v in row)] for n, row in zip(names, H))
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
