@@ -55,7 +55,7 @@ def check_masks(masks: Sequence[Tensor], y: Tensor) -> Tuple[Tensor, Tensor, Ten
     train, val, test = out
     if not bool(train.any()):
         raise GBPNError("the training mask is empty")
-    for (a, ma), (b, mb) in (((("train", train), ("val", val))), (("train", train), ("test", test)),
+    for (a, ma), (b, mb) in ((("train", train), ("val", val)), (("train", train), ("test", test)),
                              (("val", val), ("test", test))):
         both = int((ma & mb).sum())
         if both:

@@ -308,12 +308,19 @@ def run_grid(
     loaded: Dict = {}
     skipped = set()
 
+    resolved: Dict[str, str] = {}  # the selection metric per data set
+
     def dataset(d: str):
         if d not in loaded and d not in skipped:
             try:
                 loaded.clear()
-                loaded[d] = load_dataset(source[d], data_dir)
-                check_metric(metric, int(loaded[d].num_classes), repr(d))
+                loaded[d] = data = load_dataset(source[d], data_dir)
+                check_metric(metric, int(data.num_classes), repr(d))
+                if metric == "auto":  # once per data set, from trial 0's training and validation labels
+                    first_train, first_val, _ = trial_split(data, 0, seed)[0]
+                    resolved[d] = default_metric(data.y, int(data.num_classes), first_train | first_val)
+                else:
+                    resolved[d] = metric
             except DatasetNotFoundError as err:
                 logging.getLogger(__name__).warning(f"skipping {d}: {err}")
                 skipped.add(d)
@@ -335,23 +342,18 @@ def run_grid(
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
             start = time.perf_counter()
-            if metric == "auto":  # once per data set, from trial 0's training and validation labels
-                first_train, first_val, _ = trial_split(data, 0, seed)[0]
-                resolved = default_metric(data.y, int(data.num_classes), first_train | first_val)
-            else:
-                resolved = metric
             if members.get(m):
                 cands = []
                 for g, _ in members[m]:
                     while not cell(d, g, t):  # another worker is running it
                         time.sleep(5)
                     cands.append(read_json(rows_dir / f"{d}__{g}__{t}.json"))
-                metrics = compose_auto(members[m], cands, resolved)
+                metrics = compose_auto(members[m], cands, resolved[d])
                 if save_predictions:
                     chosen = {n: g for g, n in members[m]}[metrics["potential"]]
                     _copy_outputs(out, f"{d}__{chosen}__{t}", name.name)
             else:
-                metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved, keep=save_predictions,
+                metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved[d], keep=save_predictions,
                                   dropout=dropout)
                 if save_predictions:
                     metrics, kept = metrics
@@ -359,7 +361,7 @@ def run_grid(
                 metrics["seconds"] = time.perf_counter() - start
             row = {"dataset": d, "model": m, "trial": t, "seed": s, "split": split,
                    # the selection metric (the mini-batch baselines select on accuracy whatever is asked)
-                   "metric": "accuracy" if m in LARGE_MODELS else resolved,
+                   "metric": "accuracy" if m in LARGE_MODELS else resolved[d],
                    # numbers, the chosen potential's name and lists (the learned H)
                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)

@@ -78,7 +78,6 @@ def _finished_trials(path: Path) -> list:
     """The per-trial rows of an earlier ``metrics.json``, checked enough to resume from."""
     record = read_json(path)
     trials = record.get("trials") if isinstance(record, dict) else None
-
     if not isinstance(trials, list) or not all(
             isinstance(t, dict) and isinstance(t.get("trial"), int) and t["trial"] >= 0 and "val_accuracy" in t
             and is_score(t["val_accuracy"]) and is_score(t.get("test_accuracy")) for t in trials) \
