@@ -356,7 +356,12 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Z
                 M_new[k, b] = PW[e, b] * zi
 
 
-@njit(nogil=True, cache=True, fastmath=_FM)
+# error_model="numpy": numba's default checks every division for a zero divisor (to raise
+# ZeroDivisionError), a branch that keeps the cavity's division loop scalar; without it the loop
+# vectorises, with the same IEEE quotients (bitwise equal results; cavities never divide by zero).
+# Measured 0.75x the training forward at c = 40. The backward keeps the default: vectorised, its
+# float64 sums change order (last-bit changes) and it was no faster.
+@njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
                  res, H, HT, L, damping, ew, mw, span, C, Zs):
     r"""One BP step: for each node ``i`` and each incoming edge ``k``
@@ -588,8 +593,8 @@ def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, 
                carry, stream, one):
     r""":func:`backward_step` for one chunk of edges whose cavities were saved (undamped, no edge
     weights), from ``_BLAS_CLASSES`` classes on: edge-major (``[_CHUNK, c]`` scratch), so that
-    every per-edge loop runs along the classes in contiguous memory and vectorises, the divisions
-    included. ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
+    every per-edge loop runs along the classes in contiguous memory (the loop holding the divisions
+    stays scalar: :func:`backward_step` keeps numba's zero-divisor check). ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
     ``Gv = cav ⊙ τ H^T``, ``gl += cav^T τ`` (the rows past ``n`` of ``tauW`` are zeroed: the
     products run on whole chunks). With the forward's messages ``M_t`` and normalisers ``Zs``
     (non-empty ``Zs``), ``m`` and ``1 / Z`` are read instead: the same numbers, one product fewer."""
