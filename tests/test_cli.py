@@ -223,6 +223,19 @@ def test_verbose_logs_the_thread_count_in_use(trained, tmp_path, capsys):
     assert code == 0 and ", 1 threads;" in err
 
 
+
+def test_more_threads_than_cpus_are_capped_with_a_warning(tmp_path, capsys, monkeypatch):
+    from gbpn import cli
+
+    monkeypatch.setattr(cli, "_usable_cpus", lambda: 2)
+    before = torch.get_num_threads()
+    try:
+        code, _, err = run(["train", "--dataset", "synth-ising+", "--epochs", "1", "--hidden", "8", "--threads",
+                            "100000", "-v", "--output", str(tmp_path / "o")], capsys)
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0 and "--threads 100000 is more than the 2 CPU(s)" in err and ", 2 threads;" in err
+
 def test_explain_parts_add_up_for_free_and_clamped_nodes(trained, tmp_path, capsys):
     meta = torch.load(trained / "model.pt", weights_only=True)
     from gbpn.data import load_dataset

@@ -336,9 +336,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    with contextlib.suppress(AttributeError, OSError):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _set_threads(args: argparse.Namespace) -> None:
-    if getattr(args, "threads", None) is not None:  # argparse checked it is positive
-        torch.set_num_threads(args.threads)
+    if getattr(args, "threads", None) is None:  # argparse checked it is positive
+        return
+    cap = _usable_cpus()
+    if args.threads > cap:  # the fused kernels' per-thread buffers and thread pool grow with it
+        logger.warning(f"--threads {args.threads} is more than the {cap} CPU(s) this process may use; using {cap}")
+        args.threads = cap
+    torch.set_num_threads(args.threads)
 
 
 def _recorded_run(path: str) -> tuple:
@@ -1030,8 +1042,8 @@ def _out_of_memory(err: BaseException) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    _set_threads(args)
     with _logging_to_stderr(args.verbose, args.quiet):
+        _set_threads(args)
         logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
                      f"{vars(args)}")
         try:
