@@ -532,7 +532,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
     masks = _split_of(data, meta, same and sample == recorded_sample, known == "train")
     # another graph than the checkpoint's has no training split of its own: one is drawn as in training
-    whose = "the checkpoint's split" if _same_source(dataset, source, meta) else "a split drawn as in training"
+    whose = "the checkpoint's split" if same else "a split drawn as in training"
     mask = None
     if known == "train":
         if masks is None:
@@ -543,12 +543,12 @@ def _checkpoint_and_data(args: argparse.Namespace):
         if same and sample != recorded_sample:
             raise GBPNError(f"--sample {sample} differs from the checkpoint's sample {recorded_sample}, whose training "
                             "split it would clamp: use --known none or --known labeled, or leave --sample out")
-        if whose == "the checkpoint's split" and not public and recorded and recorded != labels_fingerprint(data.y):
+        if same and not public and recorded and recorded != labels_fingerprint(data.y):
             raise GBPNError(f"the labels of {dataset} changed since the checkpoint was trained, so its training split "
                             "cannot be rebuilt: use --known none (features only) or --known labeled (every labelled "
                             "node), or train again")
         mask = masks[0]
-        if whose != "the checkpoint's split":
+        if not same:
             logger.warning(f"{dataset} is not the graph the checkpoint was trained on: --known train clamps the "
                            f"training nodes of {whose} on it ({int(mask.sum())} nodes); --known labeled clamps "
                            "every labelled node")
