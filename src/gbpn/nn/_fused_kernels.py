@@ -359,8 +359,9 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Z
 # error_model="numpy": numba's default checks every division for a zero divisor (to raise
 # ZeroDivisionError), a branch that keeps the cavity's division loop scalar; without it the loop
 # vectorises, with the same IEEE quotients (bitwise equal results; cavities never divide by zero).
-# Measured 0.75x the training forward at c = 40. The backward keeps the default: vectorised, its
-# float64 sums change order (last-bit changes) and it was no faster.
+# Measured 0.75x the training forward at c = 40. backward_step keeps the default (with the numpy
+# model as a whole it was 1.03-1.24x slower); only its edge-major chunk, _back_rows, is compiled
+# with the numpy model.
 @njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
                  res, H, HT, L, damping, ew, mw, span, C, Zs):
@@ -588,13 +589,16 @@ def _cavity_grads(Gv, k0, n, cav, q, stream):
                 Gv[k0 + e, a] = cav[e, a] * q[e, a]
 
 
-@njit(inline="always", fastmath=_FM)
+# Not inlined, so that it keeps its own error model: numpy's, under which the tau loop's divisions
+# vectorise (0.88x the backward at c = 47 in one process). Its float64 sums then run in another
+# order: float32 results were bitwise unchanged in the cases checked, float64 gradients moved by ~1e-16.
+@njit(fastmath=_FM, error_model="numpy")
 def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
                carry, stream, one):
     r""":func:`backward_step` for one chunk of edges whose cavities were saved (undamped, no edge
     weights), from ``_BLAS_CLASSES`` classes on: edge-major (``[_CHUNK, c]`` scratch), so that
-    every per-edge loop runs along the classes in contiguous memory (the loop holding the divisions
-    stays scalar: :func:`backward_step` keeps numba's zero-divisor check). ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
+    every per-edge loop runs along the classes in contiguous memory and vectorises, the divisions
+    included. ``P = cav H``, ``m = P / Z``, :math:`\tau = (g / m - \textstyle\sum g) / Z`,
     ``Gv = cav ⊙ τ H^T``, ``gl += cav^T τ`` (the rows past ``n`` of ``tauW`` are zeroed: the
     products run on whole chunks). With the forward's messages ``M_t`` and normalisers ``Zs``
     (non-empty ``Zs``), ``m`` and ``1 / Z`` are read instead: the same numbers, one product fewer."""
