@@ -137,6 +137,8 @@ def versions() -> Dict[str, str]:
     """Versions of Python and the libraries a result depends on."""
     import numpy
     import scipy
+    import scipy.linalg.cython_blas  # noqa: F401 (the fused kernels' BLAS, loaded to report its kernels)
+    from threadpoolctl import ThreadpoolController
     import sklearn
     import torch_geometric
 
@@ -152,6 +154,9 @@ def versions() -> Dict[str, str]:
         "scipy": scipy.__version__,
         "scikit-learn": sklearn.__version__,
         "num_threads": str(torch.get_num_threads()),
+        # the kernels OpenBLAS runs (its choice, or OPENBLAS_CORETYPE's) change speed and last bits
+        "openblas": ", ".join(f"{getattr(lib, 'architecture', '?')} ({Path(lib.filepath).name})"
+                              for lib in ThreadpoolController().lib_controllers if lib.internal_api == "openblas"),
     }
 
 
