@@ -163,11 +163,11 @@ def test_train_rejects_bad_graph_files_in_one_line(tmp_path, capsys, features, l
     assert code == 2 and match in last and last.startswith("gbpn train: error:") and err.count("error:") == 1
 
 
-def _graph_folder(path, n=60, seed=0, labels=True):
+def _graph_folder(path, n=60, seed=0, labels=True, classes=2):
     """A small homophilous bring-your-own graph: a ring plus chords, features that hint at the label."""
     rng = np.random.default_rng(seed)
     path.mkdir(parents=True)
-    y = (np.arange(n) * 2 // n).astype(int)
+    y = (np.arange(n) * classes // n).astype(int)
     ring = np.stack([np.arange(n), (np.arange(n) + 1) % n], 1)
     np.savetxt(path / "edges.csv", ring, fmt="%d", delimiter=",", header="source,target", comments="")
     np.savetxt(path / "features.csv", y[:, None] + rng.normal(0, 1.0, (n, 2)), delimiter=",")
@@ -203,6 +203,25 @@ def test_predict_on_another_graph_says_what_it_clamps(trained, tmp_path, capsys)
     code, _, err = run(["predict", "--checkpoint", ckpt, "--dataset", str(g), "--known", "labeled", "--output",
                         str(tmp_path / "c.csv")], capsys)
     assert code == 0 and "has no labelled node, so nothing is clamped" in err
+
+
+def test_predict_on_another_graph_checks_classes_and_node_tied_potentials(tmp_path, capsys):
+    three, _ = _graph_folder(tmp_path / "three", classes=3)
+    two, _ = _graph_folder(tmp_path / "two", seed=1)
+    for potential in ("mlp", "linkx"):
+        code, _, _ = run(["train", "--dataset", str(three), "--potential", potential, "--epochs", "2", "--hidden", "8",
+                          "--output", str(tmp_path / potential), "-q"], capsys)
+        assert code == 0
+    code, _, err = run(["predict", "--checkpoint", str(tmp_path / "mlp" / "model.pt"), "--dataset", str(two),
+                        "--output", str(tmp_path / "a.csv")], capsys)
+    assert code == 0 and "knows 3 classes but" in err and "labels use 2" in err
+    # the same node count, so the shapes fit: linkx's per-node weights would silently read other nodes
+    code, _, err = run(["predict", "--checkpoint", str(tmp_path / "linkx" / "model.pt"), "--dataset", str(two),
+                        "--output", str(tmp_path / "b.csv")], capsys)
+    assert code != 0 and "predicts on that graph only" in err and not (tmp_path / "b.csv").exists()
+    code, _, err = run(["predict", "--checkpoint", str(tmp_path / "linkx" / "model.pt"), "--output",
+                        str(tmp_path / "c.csv")], capsys)
+    assert code == 0 and "classes" not in err
 
 
 def test_explain_checks_its_json_path_before_printing(trained, tmp_path, capsys):

@@ -529,8 +529,18 @@ def _checkpoint_and_data(args: argparse.Namespace):
     if int(data.y.max()) >= model.num_classes:
         raise GBPNError(f"the graph has {int(data.y.max()) + 1} classes (labels up to {int(data.y.max())}) but the "
                         f"checkpoint knows {model.num_classes}")
+    own_graph = same and sample == recorded_sample
+    if (meta.get("model_args") or {}).get("potential") == "linkx" and not own_graph:
+        # W_A has a row per node of the training graph: on another graph its rows belong to other nodes
+        raise GBPNError("this checkpoint's linkx potential has a weight row per node of the graph it was trained on "
+                        f"({dataset}" + (f", sample {recorded_sample}" if recorded_sample else "") + "), so it predicts "
+                        "on that graph only: leave out --dataset and --sample, or train on this graph")
+    present = int(data.y.max()) + 1 if bool((data.y >= 0).any()) else 0
+    if not same and 0 < present < model.num_classes:
+        logger.warning(f"the checkpoint knows {model.num_classes} classes but {dataset}'s labels use {present}: the "
+                       f"predictions can name classes this graph does not have")
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
-    masks = _split_of(data, meta, same and sample == recorded_sample, known == "train")
+    masks = _split_of(data, meta, own_graph, known == "train")
     # another graph than the checkpoint's has no training split of its own: one is drawn as in training
     whose = "the checkpoint's split" if same else "a split drawn as in training"
     mask = None
