@@ -49,8 +49,7 @@ def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
 
 def test_a_full_disk_while_saving_a_checkpoint_is_named(tmp_path):
     """torch.save's zip writer reports a failed write as a RuntimeError ("unexpected pos"); the
-    checkpoint is serialised first, so the write fails as the OSError it is. A file-size limit
-    stands in for a full disk."""
+    file's OSError is kept and raised instead. A file-size limit stands in for a full disk."""
     import subprocess
     import sys
 

@@ -165,12 +165,37 @@ def save_checkpoint(path: str | Path, model: torch.nn.Module, meta: Dict[str, An
     save_torch(path, {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta})
 
 
+class _WriteErrors:
+    """A file's ``write`` that keeps the ``OSError`` it raised: ``torch.save``'s zip writer reports it
+    as a ``RuntimeError``."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.error = fh, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def save_torch(path: str | Path, obj: Any) -> None:
-    """``torch.save(obj)`` written atomically. Serialised in memory first: ``torch.save`` reports a
-    full disk as a ``RuntimeError`` from its zip writer, the file write as the ``OSError`` it is."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_write(path, lambda fh: fh.write(buf.getbuffer()), mode="wb")
+    """``torch.save(obj)`` written atomically, straight to the file (no copy in memory); a full disk
+    is reported as the ``OSError`` it is."""
+    def write(fh: Any) -> None:
+        out = _WriteErrors(fh)
+        try:
+            torch.save(obj, out)
+        except RuntimeError:
+            if out.error is not None:
+                raise out.error from None
+            raise
+
+    atomic_write(path, write, mode="wb")
 
 
 def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
