@@ -67,10 +67,16 @@ def random_graph(n, p, seed):
 
 @contextlib.contextmanager
 def num_threads(k):
-    """torch (and with it the fused kernels' node blocks) on ``k`` threads inside the block."""
-    old = torch.get_num_threads()
+    """torch (and with it the fused kernels' node blocks) on ``k`` threads inside the block, however
+    small the graph: the kernels' least work per thread is lifted meanwhile."""
+    import gbpn.nn.binary as binary
+    import gbpn.nn.fused as fused
+
+    old = torch.get_num_threads(), fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD
     torch.set_num_threads(k)
+    fused.MIN_WORK_PER_THREAD = binary.MIN_PAIRS_PER_THREAD = 1
     try:
         yield
     finally:
-        torch.set_num_threads(old)
+        torch.set_num_threads(old[0])
+        fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD = old[1], old[2]

@@ -272,3 +272,19 @@ def test_large_graph_layouts_renumber_the_nodes_for_locality(monkeypatch):
     assert int((src - dst).abs().max()) <= 2 * side < float((ei[0] - ei[1]).abs().float().mean())
     x = torch.randn(n, 3)
     assert torch.equal(lay.from_layout(lay.to_layout(x)), x)
+
+
+def test_small_kernel_calls_run_on_fewer_threads():
+    """Handing a small call's blocks to other threads costs more than it saves: each thread gets at
+    least the least work per thread, however many threads torch has."""
+    import gbpn.nn.binary as binary
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        per = fused.MIN_WORK_PER_THREAD
+        assert [fused._threads(w) for w in (0, per - 1, per, 2 * per, 100 * per)] == [1, 1, 1, 2, 3]
+        pairs = binary.MIN_PAIRS_PER_THREAD
+        assert [fused._threads(w, pairs) for w in (per, pairs - 1, 2 * pairs)] == [1, 1, 2]
+    finally:
+        torch.set_num_threads(old)
