@@ -72,11 +72,11 @@ def num_threads(k):
     import gbpn.nn.binary as binary
     import gbpn.nn.fused as fused
 
-    old = torch.get_num_threads(), fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD
+    threads, work, pairs = torch.get_num_threads(), fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD
     torch.set_num_threads(k)
     fused.MIN_WORK_PER_THREAD = binary.MIN_PAIRS_PER_THREAD = 1
     try:
         yield
     finally:
-        torch.set_num_threads(old[0])
-        fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD = old[1], old[2]
+        torch.set_num_threads(threads)
+        fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD = work, pairs

@@ -214,11 +214,11 @@ def test_predict_on_another_graph_checks_classes_and_node_tied_potentials(tmp_pa
         assert code == 0
     code, _, err = run(["predict", "--checkpoint", str(tmp_path / "mlp" / "model.pt"), "--dataset", str(two),
                         "--output", str(tmp_path / "a.csv")], capsys)
-    assert code == 0 and "knows 3 classes but" in err and "labels use 2" in err
+    assert code == 0 and "knows 3 classes but" in err and "labels go up to class 1" in err
     # the same node count, so the shapes fit: linkx's per-node weights would silently read other nodes
     code, _, err = run(["predict", "--checkpoint", str(tmp_path / "linkx" / "model.pt"), "--dataset", str(two),
                         "--output", str(tmp_path / "b.csv")], capsys)
-    assert code != 0 and "predicts on that graph only" in err and not (tmp_path / "b.csv").exists()
+    assert code != 0 and f"trained on ({three})" in err and not (tmp_path / "b.csv").exists()
     code, _, err = run(["predict", "--checkpoint", str(tmp_path / "linkx" / "model.pt"), "--output",
                         str(tmp_path / "c.csv")], capsys)
     assert code == 0 and "classes" not in err

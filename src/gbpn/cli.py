@@ -530,15 +530,18 @@ def _checkpoint_and_data(args: argparse.Namespace):
         raise GBPNError(f"the graph has {int(data.y.max()) + 1} classes (labels up to {int(data.y.max())}) but the "
                         f"checkpoint knows {model.num_classes}")
     own_graph = same and sample == recorded_sample
-    if (meta.get("model_args") or {}).get("potential") == "linkx" and not own_graph:
-        # W_A has a row per node of the training graph: on another graph its rows belong to other nodes
+    recorded_model = meta.get("model_args") or {}
+    trained_nodes = (recorded_model.get("potential_options") or {}).get("num_nodes", data.num_nodes)
+    if recorded_model.get("potential") == "linkx" and (not own_graph or data.num_nodes != trained_nodes):
+        # W_A has a row per node of the training graph: on another graph (or the same folder since
+        # edited) its rows belong to other nodes
+        trained_on = source.get("dataset") or meta.get("dataset")
         raise GBPNError("this checkpoint's linkx potential has a weight row per node of the graph it was trained on "
-                        f"({dataset}" + (f", sample {recorded_sample}" if recorded_sample else "") + "), so it predicts "
-                        "on that graph only: leave out --dataset and --sample, or train on this graph")
-    present = int(data.y.max()) + 1 if bool((data.y >= 0).any()) else 0
-    if not same and 0 < present < model.num_classes:
-        logger.warning(f"the checkpoint knows {model.num_classes} classes but {dataset}'s labels use {present}: the "
-                       f"predictions can name classes this graph does not have")
+                        f"({trained_on}" + (f", sample {recorded_sample}" if recorded_sample else "") + "), so it "
+                        "predicts on that graph, unchanged, only: leave out --dataset and --sample, or train on this graph")
+    if not same and bool((data.y >= 0).any()) and int(data.y.max()) + 1 < model.num_classes:
+        logger.warning(f"the checkpoint knows {model.num_classes} classes but {dataset}'s labels go up to class "
+                       f"{int(data.y.max())}: the predictions can name classes this graph does not have")
     known = args.known if args.known != "auto" else ("train" if meta.get("variant") == "gbpn" else "none")
     masks = _split_of(data, meta, own_graph, known == "train")
     # another graph than the checkpoint's has no training split of its own: one is drawn as in training

@@ -179,8 +179,8 @@ class _WriteErrors:
             self.error = err
             raise
 
-    def flush(self) -> None:
-        self.fh.flush()
+    def __getattr__(self, name: str) -> Any:  # flush, seek, tell: the file's own
+        return getattr(self.fh, name)
 
 
 def save_torch(path: str | Path, obj: Any) -> None:

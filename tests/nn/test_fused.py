@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import FUSED_SKIP, random_graph, undirected
+from conftest import FUSED_SKIP, num_threads, random_graph, undirected
 
 import gbpn.nn.fused as fused
 from gbpn import memory
@@ -66,7 +66,8 @@ def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c, reo
     if weights in ("message", "both"):
         message_weight = torch.rand(E, generator=g, dtype=dtype) * 2
     kw = dict(rev_index=rev, known_labels=labels, known_mask=known, message_weight=message_weight)
-    eager, fast = _both(layer, (phi, ei, edge_weight), kw, params)
+    with num_threads(3 if reorder else 1):  # node blocks on three threads, and the whole graph in one
+        eager, fast = _both(layer, (phi, ei, edge_weight), kw, params)
     for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
         _close(b, a)
     assert torch.equal(fast[0][known].argmax(1), labels[known])  # evidence stays clamped
@@ -95,7 +96,8 @@ def test_kept_messages_give_the_eager_gradients(dtype, weights, monkeypatch):
                         lambda *a: kept.append(keeps(*a)) or kept[-1] if a[2] == c else keeps(*a))
     for fraction in (0.25, 0.0):  # kept, then recomputed (the default)
         monkeypatch.setattr(fused, "KEEP_MESSAGES_FRACTION", fraction)
-        eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
+        with num_threads(3):
+            eager, fast = _both(layer, (phi, ei), kw, [phi, layer.coupling.weight])
         for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
             _close(b, a)
     assert kept == [True, False]

@@ -360,8 +360,8 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Z
 # ZeroDivisionError), a branch that keeps the cavity's division loop scalar; without it the loop
 # vectorises, with the same IEEE quotients (bitwise equal results; cavities never divide by zero).
 # Measured 0.75x the training forward at c = 40. backward_step keeps the default (with the numpy
-# model as a whole it was 1.03-1.24x slower); only its edge-major chunk, _back_rows, is compiled
-# with the numpy model.
+# model as a whole it was 1.03-1.24x slower on an Intel Xeon, 1.26x on an AMD EPYC); only its
+# edge-major chunk, _back_rows, is compiled with the numpy model.
 @njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
                  res, H, HT, L, damping, ew, mw, span, C, Zs):
@@ -594,7 +594,7 @@ def _cavity_grads(Gv, k0, n, cav, q, stream):
 
 # Not inlined, so that it keeps its own error model: numpy's, under which the tau loop's divisions
 # vectorise (0.88x the backward at c = 47 in one process). Its float64 sums then run in another
-# order: float32 results were bitwise unchanged in the cases checked, float64 gradients moved by ~1e-16.
+# order: float32 results were bitwise unchanged in the cases checked, float64 gradients moved by <= 1e-15.
 @njit(fastmath=_FM, error_model="numpy")
 def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
                carry, stream, one):

@@ -238,7 +238,8 @@ MIN_WORK_PER_THREAD = 1 << 16
 def _threads(work: int, per_thread: Optional[int] = None) -> int:
     """Threads for a kernel call over ``work`` units: as many as torch uses (``torch.set_num_threads``
     governs both), but each given at least ``per_thread`` of the work (``MIN_WORK_PER_THREAD``)."""
-    return max(1, min(torch.get_num_threads(), work // (per_thread or MIN_WORK_PER_THREAD)))
+    least = MIN_WORK_PER_THREAD if per_thread is None else max(1, per_thread)
+    return max(1, min(torch.get_num_threads(), work // least))
 
 
 _pool: Dict[int, ThreadPoolExecutor] = {}
