@@ -495,3 +495,20 @@ def test_coupling_csv_quotes_class_names_and_sample_mrf_bounds_its_coupling(trai
     assert main(["sample-mrf", "--output", str(tmp_path / "m"), "--size", "5", "--coupling", "1e308", "1", "1",
                  "1e308"]) == 2
     assert "at most e^80" in capsys.readouterr().err and not (tmp_path / "m").exists()
+
+
+def test_analyses_record_their_options_versions_and_results(trained, tmp_path, capsys):
+    ckpt = str(trained / "model.pt")
+    assert main(["analyze", "convergence", "--checkpoint", ckpt, "--steps", "3", "--no-layout", "-q",
+                 "--output", str(tmp_path / "c")]) == 0
+    rec = json.loads((tmp_path / "c" / "convergence.json").read_text())
+    assert rec["args"]["steps"] == 3 and "torch" in rec["versions"] and rec["evidence"] == "train"
+    assert len(rec["per_step"]["test_accuracy"]) == 4 and rec["per_step"]["step_change_max"][0] is None
+    assert main(["analyze", "degree", "--checkpoint", ckpt, "-q", "--output", str(tmp_path / "d")]) == 0
+    rec = json.loads((tmp_path / "d" / "degree.json").read_text())
+    assert sum(rec["bins"]["count"]) > 0 and rec["command"] == "analyze degree"
+    assert main(["analyze", "identifiability", "--kinds", "ising+", "--epochs", "1", "--seed", "3", "-q",
+                 "--output", str(tmp_path / "i")]) == 0
+    rec = json.loads((tmp_path / "i" / "identifiability.json").read_text())
+    assert rec["args"]["seed"] == 3 and rec["args"]["epochs"] == 1 and set(rec["results"]) == {"ising+"}
+    assert 0 <= rec["results"]["ising+"]["test_accuracy"] <= 1

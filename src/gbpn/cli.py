@@ -823,8 +823,9 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if args.analysis == "identifiability":
         from gbpn.experiments.coupling import identifiability
 
-        identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
-        print(f"figures and identifiability.csv in {args.output}")
+        results = identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
+        _write_analysis_record(Path(args.output) / "identifiability.json", args, {"results": results})
+        print(f"figures, identifiability.csv and identifiability.json in {args.output}")
         return 0
     if args.analysis == "degree":
         _check_degree_mode(args)
@@ -852,18 +853,35 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             print(f"degree {res['degree_low'][i]:>4}-{res['degree_high'][i]:<4} n={res['count'][i]:>5}  "
                   f"confidence {res['confidence'][i]:.3f}  accuracy {res['accuracy'][i]:.3f}  "
                   f"log-likelihood {res['log_likelihood'][i]:.3f}")
-        print(f"wrote degree.png/.svg/.csv to {out}")
+        _write_analysis_record(out / "degree.json", args, {"evidence": known, "bins": _lists(res)})
+        print(f"wrote degree.png/.svg/.csv/.json to {out}")
         return 0
     result = convergence(model, data, masks, mask, max_steps=args.steps)
     layout, method = (None, "") if args.no_layout else node_layout(data)
     out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
     save_convergence(result, layout, method, out, title=f"on {data.name} ({meta.get('variant')}, evidence: {known})")
     tol_step = steps_to_tolerance(result["step_change_max"])
+    per_step = {k: v for k, v in result.items() if k != "settle_step"}  # per node: settle_steps.csv
+    _write_analysis_record(out / "convergence.json", args, {"evidence": known, "steps_to_tolerance_1e-4": tol_step,
+                                                            "per_step": _lists(per_step)})
     print(f"{data.name}: test accuracy by step {', '.join(f'{100 * a:.1f}' for a in result['test_accuracy'][:8])} ...")
     print(f"largest belief change below 1e-4 after {tol_step} steps" if tol_step is not None
           else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
-    print(f"wrote convergence.png/.svg/.csv and settle_steps.csv to {out}" + (f" (layout: {method})" if method else ""))
+    print(f"wrote convergence.png/.svg/.csv/.json and settle_steps.csv to {out}"
+          + (f" (layout: {method})" if method else ""))
     return 0
+
+
+def _lists(arrays: dict) -> dict:
+    """``arrays``' NumPy values as lists, for JSON."""
+    return {k: np.asarray(v).tolist() for k, v in arrays.items()}
+
+
+def _write_analysis_record(path: Path, args: argparse.Namespace, results: dict) -> None:
+    """The analysis's options as used, the library versions and its results, as JSON beside its figures."""
+    from gbpn.io import versions, write_json
+
+    write_json(path, {"command": f"analyze {args.analysis}", "args": vars(args), "versions": versions(), **results})
 
 
 def _check_degree_mode(args: argparse.Namespace) -> None:
