@@ -242,7 +242,6 @@ def test_verbose_logs_the_thread_count_in_use(trained, tmp_path, capsys):
     assert code == 0 and ", 1 threads;" in err
 
 
-
 def test_more_threads_than_cpus_are_capped_with_a_warning(tmp_path, capsys, monkeypatch):
     from gbpn import cli
 
@@ -254,6 +253,7 @@ def test_more_threads_than_cpus_are_capped_with_a_warning(tmp_path, capsys, monk
     finally:
         torch.set_num_threads(before)
     assert code == 0 and "--threads 100000 is more than the 2 CPU(s)" in err and ", 2 threads;" in err
+
 
 def test_explain_parts_add_up_for_free_and_clamped_nodes(trained, tmp_path, capsys):
     meta = torch.load(trained / "model.pt", weights_only=True)

@@ -820,11 +820,13 @@ def _cmd_sample_mrf(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from gbpn.io import write_json
+
     if args.analysis == "identifiability":
         from gbpn.experiments.coupling import identifiability
 
         results = identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
-        _write_analysis_record(Path(args.output) / "identifiability.json", args, {"results": results})
+        write_json(Path(args.output) / "identifiability.json", {**_analysis_record(args), "results": results})
         print(f"figures, identifiability.csv and identifiability.json in {args.output}")
         return 0
     if args.analysis == "degree":
@@ -853,7 +855,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             print(f"degree {res['degree_low'][i]:>4}-{res['degree_high'][i]:<4} n={res['count'][i]:>5}  "
                   f"confidence {res['confidence'][i]:.3f}  accuracy {res['accuracy'][i]:.3f}  "
                   f"log-likelihood {res['log_likelihood'][i]:.3f}")
-        _write_analysis_record(out / "degree.json", args, {"evidence": known, "bins": _lists(res)})
+        write_json(out / "degree.json", {**_analysis_record(args), "evidence": known, "bins": res})
         print(f"wrote degree.png/.svg/.csv/.json to {out}")
         return 0
     result = convergence(model, data, masks, mask, max_steps=args.steps)
@@ -862,8 +864,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     save_convergence(result, layout, method, out, title=f"on {data.name} ({meta.get('variant')}, evidence: {known})")
     tol_step = steps_to_tolerance(result["step_change_max"])
     per_step = {k: v for k, v in result.items() if k != "settle_step"}  # per node: settle_steps.csv
-    _write_analysis_record(out / "convergence.json", args, {"evidence": known, "steps_to_tolerance_1e-4": tol_step,
-                                                            "per_step": _lists(per_step)})
+    write_json(out / "convergence.json", {**_analysis_record(args), "evidence": known,
+                                          "steps_to_tolerance_1e-4": tol_step, "per_step": per_step})
     print(f"{data.name}: test accuracy by step {', '.join(f'{100 * a:.1f}' for a in result['test_accuracy'][:8])} ...")
     print(f"largest belief change below 1e-4 after {tol_step} steps" if tol_step is not None
           else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
@@ -872,16 +874,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lists(arrays: dict) -> dict:
-    """``arrays``' NumPy values as lists, for JSON."""
-    return {k: np.asarray(v).tolist() for k, v in arrays.items()}
+def _analysis_record(args: argparse.Namespace) -> dict:
+    """What an analysis's JSON record starts with: the command, its options as used, the library versions."""
+    from gbpn.io import versions
 
-
-def _write_analysis_record(path: Path, args: argparse.Namespace, results: dict) -> None:
-    """The analysis's options as used, the library versions and its results, as JSON beside its figures."""
-    from gbpn.io import versions, write_json
-
-    write_json(path, {"command": f"analyze {args.analysis}", "args": vars(args), "versions": versions(), **results})
+    return {"command": f"analyze {args.analysis}", "args": vars(args), "versions": versions()}
 
 
 def _check_degree_mode(args: argparse.Namespace) -> None:
@@ -909,7 +906,7 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
     from gbpn.config import TrainConfig
     from gbpn.data.datasets import dataset_name, load_dataset
     from gbpn.experiments import sampling
-    from gbpn.io import versions, write_json
+    from gbpn.io import write_json
 
     if args.trials < 1 or args.epochs < 1 or args.batch_size < 1:
         raise GBPNError("--trials, --epochs and --batch-size must be positive")
@@ -920,7 +917,7 @@ def _cmd_sampling_study(args: argparse.Namespace) -> int:
     name = dataset_name(args.dataset)
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")
-    record = {"command": f"analyze {args.analysis}", "dataset": name, "args": vars(args), "versions": versions()}
+    record = {**_analysis_record(args), "dataset": name}
     if kind == "sampling":
         if args.fanout is None:
             args.fanout = max(1, min(5, sampling.largest_degree(data) - 1))

@@ -54,13 +54,16 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
 
 def strict_json(obj: Any) -> Any:
     """``obj`` with every non-finite float (an undefined score, e.g. ROC AUC on one class) as ``None``:
-    JSON has no NaN, and strict parsers (``jq``, browsers) reject Python's bare ``NaN``."""
+    JSON has no NaN, and strict parsers (``jq``, browsers) reject Python's bare ``NaN``. NumPy arrays
+    become lists."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: strict_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [strict_json(v) for v in obj]
+    if isinstance(obj, np.ndarray):  # a result's per-step or per-bin values
+        return strict_json(obj.tolist())
     return obj
 
 
