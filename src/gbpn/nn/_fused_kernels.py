@@ -504,6 +504,21 @@ def _inverse_sums(zinv, P, cav, n, Hrow, products, one):
 
 
 @njit(inline="always", fastmath=_FM)
+def _add_reverse_rows(out, i0, i1, rowptr, rev, Gv, ahead):
+    """``out[i] += sum of Gv[rev[k]]`` over the incoming edges ``k`` of each node ``i0 <= i < i1`` (= over
+    its outgoing edges), the rows prefetched ``ahead`` edges before their use."""
+    c = out.shape[1]
+    E = rev.shape[0]
+    for i in range(i0, i1):
+        for k in range(rowptr[i], rowptr[i + 1]):
+            if k + ahead < E:
+                _prefetch_row(Gv, rev[k + ahead], c)
+            r = rev[k]
+            for a in range(c):
+                out[i, a] += Gv[r, a]
+
+
+@njit(inline="always", fastmath=_FM)
 def _belief_grads(i0, i1, rowptr, rev, known, B, Gb, Gv, gz, Gphi, first, ahead):
     r"""``gz[i]`` for the nodes ``i0 <= i < i1``: the gradient of node ``i``'s log-belief, :math:`G^b_i`
     (``first``) or the cavity gradients of its outgoing edges :math:`\sum_{k \to i} G^v[\bar k]`, 0 if
@@ -511,17 +526,12 @@ def _belief_grads(i0, i1, rowptr, rev, known, B, Gb, Gv, gz, Gphi, first, ahead)
     range of nodes: each call of an inlined helper still takes and drops a reference to every array
     it is passed, which per node was 12% of a c = 7 training step."""
     c = gz.shape[1]
-    E = rev.shape[0]
     for i in range(i0, i1):
         for a in range(c):
             gz[i, a] = Gb[i, a] if first else 0
-        if not first:
-            for k in range(rowptr[i], rowptr[i + 1]):
-                if k + ahead < E:
-                    _prefetch_row(Gv, rev[k + ahead], c)
-                r = rev[k]
-                for a in range(c):
-                    gz[i, a] += Gv[r, a]
+    if not first:
+        _add_reverse_rows(gz, i0, i1, rowptr, rev, Gv, ahead)
+    for i in range(i0, i1):
         if known.shape[0] > 0 and known[i]:
             for a in range(c):
                 gz[i, a] = 0
@@ -735,19 +745,10 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
 @njit(nogil=True, cache=True, fastmath=_FM)
 def gather_reverse(rowptr, blocks, rev, Gv, out):
     """``out[i] += sum of Gv[rev[k]]`` over the incoming edges ``k`` of ``i`` (= over the outgoing edges of ``i``)."""
-    n_blocks = blocks.shape[0] - 1
-    c = out.shape[1]
-    E = rev.shape[0]
-    ahead = _prefetch_distance(E, c)
-    for blk in range(n_blocks):
+    ahead = _prefetch_distance(rev.shape[0], out.shape[1])
+    for blk in range(blocks.shape[0] - 1):
         old = _flush_denormals()
-        for i in range(blocks[blk], blocks[blk + 1]):
-            for k in range(rowptr[i], rowptr[i + 1]):
-                if k + ahead < E:
-                    _prefetch_row(Gv, rev[k + ahead], c)
-                r = rev[k]
-                for a in range(c):
-                    out[i, a] += Gv[r, a]
+        _add_reverse_rows(out, blocks[blk], blocks[blk + 1], rowptr, rev, Gv, ahead)
         _restore(old)
 
 
