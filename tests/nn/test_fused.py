@@ -1,6 +1,10 @@
 """The fused numba BP kernels (gbpn.nn.fused) against the eager path, value and gradient."""
+import os
+import subprocess
+import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from conftest import FUSED_SKIP, num_threads, random_graph, undirected
@@ -135,6 +139,91 @@ def test_fused_equals_eager_on_a_graph_beyond_the_cache():
     assert len(memory.POOL._maps) == mapped
     for a, b in zip(first, again[:3] + again[3]):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("carry", [False, True])
+def test_edge_rows_do_not_depend_on_where_an_unused_array_lies(dtype, carry):
+    """The edge-major backward chunk (``_back_rows``) is passed empty placeholders for what it does
+    not use (here the kept messages ``M_t``; ``D`` without ``carry``). Placed so that the rows it
+    would read cover its tau scratch (where the heap might put them), the results are the same bit
+    for bit: the loop that writes tau and sums does not test the placeholder's rows for overlap and
+    fall back to the scalar loop (another order of the sum; CI saw two calls differ so)."""
+    from gbpn.nn._fused_kernels import _CHUNK, _back_rows
+
+    c, E, n_nodes = 12, 600, 50
+    r = np.random.default_rng(1)
+    C = (r.random((E, c)) + 0.1).astype(dtype)
+    dst, rev = r.integers(0, n_nodes, E), r.permutation(E)
+    gz, Gv_next = r.standard_normal((n_nodes, c)).astype(dtype), r.standard_normal((E, c)).astype(dtype)
+    H = (r.random((c, c)) + 0.5).astype(dtype)
+    D0 = r.standard_normal((E, c)).astype(dtype)
+
+    def run(overlap):
+        big = np.zeros(E * c + 2 * _CHUNK * c, dtype)
+        M_t = big[:0].reshape(0, c)  # its row k would start at big + k c
+        tau_at = 100 * c if overlap else E * c  # rows 100.. of M_t would cover tau
+        if not overlap:
+            M_t = np.empty((0, c), dtype)
+        tauW = big[tau_at:tau_at + _CHUNK * c].reshape(_CHUNK, c)
+        D = D0.copy() if carry else M_t
+        cavW, PW, qW = (np.zeros((_CHUNK, c), dtype) for _ in range(3))
+        ct, gl, Gv_cur = np.zeros((c, c), dtype), np.zeros((c, c)), np.zeros((E, c), dtype)
+        for k0 in range(64, 300, 37):
+            _back_rows(k0, 37, C, M_t, np.empty(0, dtype), cavW, PW, tauW, qW, ct, gl, dst, rev, np.empty(0, dtype),
+                       gz, Gv_next, Gv_cur, D, H, H.T.copy(), False, carry, False, dtype(1))
+        return Gv_cur, gl
+
+    for a, b in zip(run(False), run(True)):
+        assert np.array_equal(a, b)
+
+
+def test_kernels_call_no_separately_compiled_function():
+    """Every numba function the cached kernels call is inlined: a separately compiled callee exists
+    twice in a process that compiled the kernels (its own copy, which the JIT links the call to,
+    and the one inside the kernel, re-optimised), and a process that loads the kernels from numba's
+    cache runs the other copy, so the first run on a machine differed from later ones in the last
+    bit (float64 gradients at c = 47)."""
+    from numba.core.caching import NullCache
+
+    import gbpn.nn._binary_kernels as binary_kernels
+    import gbpn.nn._fused_kernels as fused_kernels
+
+    for module in (fused_kernels, binary_kernels):
+        for name, f in vars(module).items():
+            if hasattr(f, "targetoptions") and f.__module__ == module.__name__:
+                entry = not isinstance(f._cache, NullCache)  # the kernels Python calls (GIL released)
+                assert entry == bool(f.targetoptions.get("nogil")), name
+                assert entry or f.targetoptions.get("inline") == "always", name
+
+
+_GRADIENT_SCRIPT = """
+import hashlib, torch
+from gbpn.nn.bp import BeliefPropagation
+from gbpn.nn.functional import reverse_edge_index
+n, c = 300, 47
+g = torch.Generator().manual_seed(0)
+u, v = torch.randint(0, n, (2, 1500), generator=g)
+ei = torch.unique(torch.stack([torch.minimum(u, v), torch.maximum(u, v)])[:, u != v], dim=1)
+ei = torch.cat([ei, ei.flip(0)], 1)
+layer = BeliefPropagation(c, num_steps=4).double()
+with torch.no_grad():
+    layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
+phi = torch.randn(n, c, generator=g, dtype=torch.float64).requires_grad_()
+log_b = layer(phi, ei, rev_index=reverse_edge_index(ei, n), kernel="fused")
+(grad,) = torch.autograd.grad((log_b * torch.randn(n, c, generator=g, dtype=torch.float64)).sum(), [phi])
+print(hashlib.sha1(grad.numpy().tobytes()).hexdigest())
+"""
+
+
+def test_a_process_that_loads_the_kernels_from_the_cache_computes_what_the_compiling_one_did(tmp_path):
+    """The first process compiles the kernels into an empty numba cache, the second loads them from
+    it: the same gradients bit for bit (c = 47, float64; the edge-major backward chunk)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = [subprocess.run([sys.executable, "-c", _GRADIENT_SCRIPT], env=env, capture_output=True, text=True,
+                          check=True).stdout for _ in range(2)]
+    assert any(tmp_path.rglob("*.nbi")) and len(out[0].strip()) == 40
+    assert out[0] == out[1]
 
 
 def test_fused_inference_equals_eager_and_stops_at_the_same_step():

@@ -48,6 +48,7 @@ _GROUP = 1024  # edges per node group: a group's messages are still in cache whe
 _BLAS_CLASSES = 8  # from this many classes on, chunk products go to BLAS (below, a call costs more than the loop)
 _AHEAD = 24  # edges between the prefetch of a gathered row (reverse message, source belief) and its use
 _PREFETCH_MIN = 1 << 19  # messages (E x c numbers) from which they no longer sit in cache and prefetching pays
+_ROW_PAD = 128  # least numbers per row of the forward's per-node scratch (1 KB: more than a vector loop's reach)
 
 
 # Flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6) while a kernel runs: beliefs far
@@ -389,8 +390,11 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     P_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
     inv_ = np.empty((n_blocks, _CHUNK), phi.dtype)
     Hw_ = np.empty((n_blocks, c, c), phi.dtype)
-    acc_ = np.empty((n_blocks, c), np.float64)
-    z_ = np.empty((n_blocks, c), np.float64)
+    # padded rows: the loop that writes B_out[i] from z runs vectorised only if B_out[i] does not start
+    # within a few vectors after z (LLVM tests it at run time); nothing else can lie there now, so the
+    # scalar loop, which sums in another order, never runs instead (by where the heap put z and B_out)
+    acc_ = np.empty((n_blocks, max(c, _ROW_PAD)), np.float64)
+    z_ = np.empty((n_blocks, max(c, _ROW_PAD)), np.float64)
     rows = c >= _BLAS_CLASSES and ew.shape[0] == 0  # the edge-major chunk (_message_rows)
     for blk in range(n_blocks):
         old = _flush_denormals()
@@ -471,9 +475,12 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
 def _back_scratch(n_blocks, c, W, like):
     """Per-block scratch of the backward kernels for chunks of ``W`` edges, of ``like``'s dtype:
     cavities, products, tau, H tau (``[c, W]``), normalisers, sums (``[W]``), two ``[c, c]``. The
-    cavities and tau start at zero: whole-chunk BLAS products read past the chunk's edges."""
+    cavities and tau start at zero: whole-chunk BLAS products read past the chunk's edges. Tau has
+    a block of zeros before its first: a loop that writes tau and sums runs vectorised only if no row
+    it reads starts within a few vectors before the row it writes (LLVM tests it at run time; else the
+    scalar loop, which sums in another order, runs), and nothing can lie there now."""
     dt = like.dtype
-    return (np.zeros((n_blocks, c, W), dt), np.empty((n_blocks, c, W), dt), np.zeros((n_blocks, c, W), dt),
+    return (np.zeros((n_blocks, c, W), dt), np.empty((n_blocks, c, W), dt), np.zeros((n_blocks + 1, c, W), dt)[1:],
             np.empty((n_blocks, c, W), dt), np.empty((n_blocks, W), dt), np.empty((n_blocks, W), dt),
             np.empty((n_blocks, c, c), dt), np.empty((n_blocks, c, c), dt))
 
@@ -602,10 +609,38 @@ def _cavity_grads(Gv, k0, n, cav, q, stream):
                 Gv[k0 + e, a] = cav[e, a] * q[e, a]
 
 
-# Not inlined, so that it keeps its own error model: numpy's, under which the tau loop's divisions
-# vectorise (0.88x the backward at c = 47 in one process). Its float64 sums then run in another
-# order: float32 results were bitwise unchanged in the cases checked, float64 gradients moved by <= 1e-15.
-@njit(fastmath=_FM, error_model="numpy")
+@njit(inline="always", fastmath=_FM)
+def _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, carry, kept, one):
+    r""":math:`\tau = (g / m - \textstyle\sum g) / Z` into ``tauW[e]`` for the chunk's edges, ``g`` the
+    gradient of an edge's log-message (``D[k]`` added and zeroed when ``carry``), ``m`` its message
+    (``M_t[k]``, ``1 / Z = Zs[k]`` when ``kept``, else ``PW[e] / Z``). Called with ``carry`` and
+    ``kept`` constants, so that no loop reads an empty placeholder: before it runs a vectorised loop
+    that writes ``tauW``, LLVM tests that the rows the loop reads do not overlap ``tauW``, and a
+    placeholder's rows (never read, but in the test) could seem to, by where the heap put ``tauW``;
+    the scalar loop then ran instead and summed ``g`` in another order (CI: two calls differed in
+    the last bit)."""
+    c = tauW.shape[1]
+    for e in range(n):
+        k = k0 + e
+        d = dst[k]
+        r = rev[k]
+        wk = mw[k] if mw.shape[0] > 0 else one
+        zi = Zs[k] if kept else _inverse_row_sum(PW, e, one)
+        s = zi * 0
+        for b in range(c):
+            g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
+            g = D[k, b] + wk * g if carry else wk * g
+            # np.divide: numpy's semantics, no zero-divisor test (with which a plain / does not vectorise)
+            tauW[e, b] = np.divide(g, M_t[k, b] if kept else PW[e, b] * zi)
+            s += g
+        if carry:
+            for b in range(c):
+                D[k, b] = 0
+        for b in range(c):
+            tauW[e, b] = (tauW[e, b] - s) * zi
+
+
+@njit(inline="always", fastmath=_FM)
 def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H, HT, first,
                carry, stream, one):
     r""":func:`backward_step` for one chunk of edges whose cavities were saved (undamped, no edge
@@ -620,23 +655,15 @@ def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, 
     kept = Zs.shape[0] > 0
     if not kept:
         np.dot(cavW, H, PW)
-    for e in range(n):
-        k = k0 + e
-        d = dst[k]
-        r = rev[k]
-        wk = mw[k] if mw.shape[0] > 0 else one
-        zi = Zs[k] if kept else _inverse_row_sum(PW, e, one)
-        s = zi * 0
-        for b in range(c):
-            g = gz[d, b] if first else gz[d, b] - Gv_next[r, b]  # no step t+1 after the last
-            g = D[k, b] + wk * g if carry else wk * g
-            tauW[e, b] = g / (M_t[k, b] if kept else PW[e, b] * zi)
-            s += g
+    if kept:
         if carry:
-            for b in range(c):
-                D[k, b] = 0
-        for b in range(c):
-            tauW[e, b] = (tauW[e, b] - s) * zi
+            _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, True, True, one)
+        else:
+            _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, False, True, one)
+    elif carry:
+        _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, True, False, one)
+    else:
+        _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, False, False, one)
     for e in range(n, tauW.shape[0]):
         for b in range(c):
             tauW[e, b] = 0
