@@ -178,6 +178,18 @@ def test_edge_rows_do_not_depend_on_where_an_unused_array_lies(dtype, carry):
         assert np.array_equal(a, b)
 
 
+def test_tau_scratch_starts_a_block_into_its_allocation():
+    """LLVM's other run-time test compares the row a loop writes with the rows it reads a few vectors
+    before it: tau's scratch starts one zeroed block into its own allocation, so that no other
+    array's row can lie there (and the vectorised sum always runs, whatever the heap's layout)."""
+    from gbpn.nn._fused_kernels import _CHUNK, _back_scratch
+
+    for dtype in (np.float32, np.float64):
+        tau = _back_scratch(1, 3, _CHUNK, np.zeros((1, 1), dtype))[2]
+        assert tau.flags.c_contiguous and not tau.any()
+        assert tau.ctypes.data - tau.base.data >= 3 * _CHUNK * tau.itemsize >= 1024
+
+
 def test_kernels_call_no_separately_compiled_function():
     """Every numba function the cached kernels call is inlined: a separately compiled callee exists
     twice in a process that compiled the kernels (its own copy, which the JIT links the call to,

@@ -325,11 +325,12 @@ def _column_sums(out, P, n):
 
 @njit(inline="always", fastmath=_FM)
 def _inverse_row_sum(PW, e, one):
-    """``one / sum(PW[e])``: the normaliser of an edge-major chunk's message ``e``."""
+    """``one / sum(PW[e])``: the normaliser of an edge-major chunk's message ``e`` (np.divide: no
+    zero-divisor test under the backward's default error model either)."""
     z = PW[e, 0] * 0
     for b in range(PW.shape[1]):
         z += PW[e, b]
-    return one / z
+    return np.divide(one, z)
 
 
 @njit(inline="always", fastmath=_FM)
@@ -361,8 +362,8 @@ def _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Z
 # ZeroDivisionError), a branch that keeps the cavity's division loop scalar; without it the loop
 # vectorises, with the same IEEE quotients (bitwise equal results; cavities never divide by zero).
 # Measured 0.75x the training forward at c = 40. backward_step keeps the default (with the numpy
-# model as a whole it was 1.03-1.24x slower on an Intel Xeon, 1.26x on an AMD EPYC); only its
-# edge-major chunk, _back_rows, is compiled with the numpy model.
+# model as a whole it was 1.03-1.24x slower on an Intel Xeon, 1.26x on an AMD EPYC); its edge-major
+# chunk divides with np.divide instead (numpy's semantics under either model).
 @njit(nogil=True, cache=True, fastmath=_FM, error_model="numpy")
 def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_prev, M_new, b_out, B_out,
                  res, H, HT, L, damping, ew, mw, span, C, Zs):
