@@ -512,3 +512,25 @@ def test_analyses_record_their_options_versions_and_results(trained, tmp_path, c
     rec = json.loads((tmp_path / "i" / "identifiability.json").read_text())
     assert rec["args"]["seed"] == 3 and rec["args"]["epochs"] == 1 and set(rec["results"]) == {"ising+"}
     assert 0 <= rec["results"]["ising+"]["test_accuracy"] <= 1
+
+
+def test_ctrl_c_while_the_command_loads_ends_it_with_one_line(monkeypatch, capsys):
+    """Ctrl-C while ``gbpn`` imports the tool (PyTorch with it, seconds) exits 130 with one line, not
+    a traceback; ``import gbpn`` itself loads no PyTorch, so the entry point can catch it."""
+    import gbpn.console
+
+    class Interrupted:  # a finder that the user interrupts just as the tool is imported
+        def find_spec(self, name, path=None, target=None):
+            if name == "gbpn.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "gbpn.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
+    assert gbpn.console.main(["--version"]) == 130
+    assert capsys.readouterr().err == "gbpn: interrupted while loading\n"
+    light = subprocess.run([sys.executable, "-c", "import sys, gbpn; print('torch' in sys.modules, gbpn.GBPN.__name__,"
+                            " 'torch' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert light.stdout.split() == ["False", "GBPN", "True"]
+    version = subprocess.run([sys.executable, "-m", "gbpn", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.strip() == f"gbpn {gbpn.__version__}"

@@ -1,6 +1,6 @@
 """``python -m gbpn`` runs the command-line tool."""
 import sys
 
-from gbpn.cli import main
+from gbpn.console import main
 
 sys.exit(main())

@@ -1,0 +1,14 @@
+"""The ``gbpn`` command's entry point. It imports the command-line tool (and PyTorch with it, a few
+seconds) inside a handler, so that Ctrl-C while they load ends the command with one line and the
+usual exit status 130, not a traceback; ``gbpn.cli.main`` handles an interrupt from then on."""
+import sys
+from typing import List, Optional
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        from gbpn.cli import main as run
+    except KeyboardInterrupt:
+        print("gbpn: interrupted while loading", file=sys.stderr)
+        return 130
+    return run(argv)
