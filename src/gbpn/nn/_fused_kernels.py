@@ -14,7 +14,7 @@ its max): both are positive and bounded by ``c max H / min H``, which the caller
 dtype. Options are passed as arrays (empty = off) so that one compiled version per dtype serves all.
 
 The class count ``c`` is only known at run time, so loops over classes are short (2 to ~50): the
-O(c^2) products run on chunks of ``_CHUNK`` consecutive edges held class-major (``[c, _CHUNK]``),
+O(c^2) products run on chunks of consecutive edges (:func:`_chunk_edges`) held class-major (``[c, W]``),
 so that the innermost loop runs along the chunk and vectorises whatever ``c`` is; from
 ``_BLAS_CLASSES`` classes on they are BLAS matrix products (numba's ``np.dot``), which keep
 operands in registers where the loop streams them through memory, and without edge weights the
@@ -43,7 +43,8 @@ from numba.extending import intrinsic
 
 # reassociation lets LLVM vectorise the reductions; no nnan/ninf: LOG_ZERO rows exp() to 0
 _FM = {"contract", "reassoc", "nsz"}
-_CHUNK = 128  # edges per class-major chunk
+_CHUNK = 128  # edges per chunk from _BLAS_CLASSES classes on (the rows of a BLAS product)
+_LOOP_CHUNK = 256  # edges per chunk below, where the products are loops (c = 7: a step 0.95x of 128's)
 _GROUP = 1024  # edges per node group: a group's messages are still in cache when its beliefs read them
 _BLAS_CLASSES = 8  # from this many classes on, chunk products go to BLAS (below, a call costs more than the loop)
 _AHEAD = 24  # edges between the prefetch of a gathered row (reverse message, source belief) and its use
@@ -157,6 +158,14 @@ def _group_end(rowptr, i0, end):
     while i1 < end and rowptr[i1] - rowptr[i0] < _GROUP:
         i1 += 1
     return i1
+
+
+@njit(inline="always")
+def _chunk_edges(c):
+    """Edges per chunk of :func:`forward_step` and :func:`backward_step`. Below ``_BLAS_CLASSES``
+    classes an edge's numbers do not depend on where its chunk starts (the products are loops over
+    the classes), so the chunk's length changes timing only."""
+    return _CHUNK if c >= _BLAS_CLASSES else _LOOP_CHUNK
 
 
 @njit(inline="always")
@@ -387,9 +396,10 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     one = lam * 0 + 1
     stream = _beyond_cache(rev.shape[0], c)
     # per-block scratch
-    cav_ = np.zeros((n_blocks, c, _CHUNK), phi.dtype)  # zeros: whole-chunk BLAS products read past n
-    P_ = np.empty((n_blocks, c, _CHUNK), phi.dtype)
-    inv_ = np.empty((n_blocks, _CHUNK), phi.dtype)
+    W = _chunk_edges(c)
+    cav_ = np.zeros((n_blocks, c, W), phi.dtype)  # zeros: whole-chunk BLAS products read past n
+    P_ = np.empty((n_blocks, c, W), phi.dtype)
+    inv_ = np.empty((n_blocks, W), phi.dtype)
     Hw_ = np.empty((n_blocks, c, c), phi.dtype)
     # padded rows: the loop that writes B_out[i] from z runs vectorised only if B_out[i] does not start
     # within a few vectors after z (LLVM tests it at run time); nothing else can lie there now, so the
@@ -400,12 +410,12 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, inv, Hw, acc, z = cav_[blk], P_[blk], inv_[blk], Hw_[blk], acc_[blk], z_[blk]
-        cavW, PW = cav.reshape((_CHUNK, c)), P.reshape((_CHUNK, c))
+        cavW, PW = cav.reshape((W, c)), P.reshape((W, c))
         i0 = blocks[blk]
         while i0 < blocks[blk + 1]:
             i1 = _group_end(rowptr, i0, blocks[blk + 1])
-            for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
-                n = min(_CHUNK, rowptr[i1] - k0)
+            for k0 in range(rowptr[i0], rowptr[i1], W):
+                n = min(W, rowptr[i1] - k0)
                 if rows:
                     _message_rows(k0, n, cavW, PW, src, rev, b_prev, B_prev, M_prev, M_new, C, Zs, H, lam, mw,
                                   stream, one)
@@ -711,20 +721,20 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     ahead = _prefetch_distance(E, c)
     stream = _beyond_cache(E, c)
     rows = saved and c >= _BLAS_CLASSES and not weighted  # the edge-major chunk (_back_rows)
-    cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, _CHUNK, B_t)
+    W = _chunk_edges(c)
+    cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, W, B_t)
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, tau, q, zinv, ssum, Hw = cav_[blk], P_[blk], tau_[blk], q_[blk], zinv_[blk], ssum_[blk], Hw_[blk]
         ct = ct_[blk]
         gl = GL[blk]
-        cavW, PW, tauW, qW = cav.reshape((_CHUNK, c)), P.reshape((_CHUNK, c)), tau.reshape((_CHUNK, c)), \
-            q.reshape((_CHUNK, c))
+        cavW, PW, tauW, qW = cav.reshape((W, c)), P.reshape((W, c)), tau.reshape((W, c)), q.reshape((W, c))
         i0 = blocks[blk]
         while i0 < blocks[blk + 1]:
             i1 = _group_end(rowptr, i0, blocks[blk + 1])
             _belief_grads(i0, i1, rowptr, rev, known, B_t, Gb_ext, Gv_next, gz, Gphi, first, ahead)
-            for k0 in range(rowptr[i0], rowptr[i1], _CHUNK):
-                n = min(_CHUNK, rowptr[i1] - k0)
+            for k0 in range(rowptr[i0], rowptr[i1], W):
+                n = min(W, rowptr[i1] - k0)
                 if rows:
                     _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, Gv_next, Gv_cur, D, H,
                                HT, first, carry, stream, one)
