@@ -663,18 +663,17 @@ def _back_rows(k0, n, C, M_t, Zs, cavW, PW, tauW, qW, ct, gl, dst, rev, mw, gz, 
     (non-empty ``Zs``), ``m`` and ``1 / Z`` are read instead: the same numbers, one product fewer."""
     c = cavW.shape[1]
     _load_cavities(cavW.T, C, k0, n)
-    kept = Zs.shape[0] > 0
-    if not kept:
-        np.dot(cavW, H, PW)
-    if kept:
+    if Zs.shape[0] > 0:  # kept
         if carry:
             _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, True, True, one)
         else:
             _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, False, True, one)
-    elif carry:
-        _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, True, False, one)
     else:
-        _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, False, False, one)
+        np.dot(cavW, H, PW)
+        if carry:
+            _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, True, False, one)
+        else:
+            _tau_rows(k0, n, tauW, PW, M_t, Zs, dst, rev, mw, gz, Gv_next, D, first, False, False, one)
     for e in range(n, tauW.shape[0]):
         for b in range(c):
             tauW[e, b] = 0

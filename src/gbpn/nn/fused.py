@@ -436,7 +436,7 @@ class _Adjoint:
         np_dtype = g.H.dtype
         dtype = torch.from_numpy(g.H).dtype
         self.g, self.c = g, c
-        self.blocks = g.layout.blocks(_threads(E * c))
+        self.blocks = g.blocks  # the forward's: the same threads and node blocks
         self.Gb = np.zeros((n, c), np_dtype) if g_b is None else _np(g_b).astype(np_dtype, copy=False)
         if g_msg is not None and g_msg.numel():
             self.D = _np(g_msg).astype(np_dtype)
