@@ -4,6 +4,8 @@ A "BP step" is the message update on every directed edge (cavity, product with H
 normalisation) plus the aggregation into beliefs, forward only; GCNConv(c, c) is one forward
 with its normalisation cached. Each (operation, c) runs in its own process; peak memory is the
 process's peak RSS growth over what the graph itself needs (VmHWM reset after set-up).
+These machines are noisy: with ``--rounds R`` every process runs R times, in alternating order,
+and a ratio is the median of its R per-round ratios (the two processes ran minutes apart at most).
 
     python benchmarks/bp_step.py --nodes 169343 --edges 1166243 --classes 2 7 40 47
 
@@ -175,6 +177,9 @@ def main() -> None:
     ap.add_argument("--classes", type=int, nargs="+", default=[2, 7, 40, 47])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every (operation, c) this many times, alternating their order; print medians, and for "
+                         "ratios the median of the per-round ratios")
     ap.add_argument("--plain-edge-fraction", type=float, default=0.1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (GPU memory: peak allocated bytes)")
     ap.add_argument("--train", action="store_true",
@@ -198,7 +203,8 @@ def main() -> None:
         print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads, args.device)))
         return
     where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
-    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}")
+    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}"
+          + (f"; {args.rounds} rounds" if args.rounds > 1 else ""))
     u, unit = (1000.0, "ms") if args.device != "cpu" else (1.0, "s")  # GPU steps take well under a millisecond
     ops = ("bp", "gcn") + (() if args.fused_only else ("eager", "log", "plain"))
     if args.train:
@@ -212,8 +218,8 @@ def main() -> None:
     def sec(op):
         return lambda r, c: f"{u * r[op]['seconds']:.3f}"
 
-    def ratio(a, b, digits=2):
-        return lambda r, c: f"{r[a]['seconds'] / r[b]['seconds']:.{digits}f}"
+    def ratio(a, b, digits=2):  # over --rounds: the median of the per-round ratios (paired in time)
+        return lambda r, c: f"{statistics.median(x / y for x, y in zip(r[a]['runs'], r[b]['runs'])):.{digits}f}"
 
     def mb(op):
         return lambda r, c: f"{r[op]['peak_mb']:.0f}"
@@ -247,13 +253,16 @@ def main() -> None:
     widths = [max(8, len(name)) for name, _, _ in columns]
     print(f"{'c':>3} " + " ".join(f"{name:>{w}}" for (name, _, _), w in zip(columns, widths)))
     for c in args.classes:
-        res = {}
-        for op in ops:
-            cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
-                   str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
-                   "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            res[op] = json.loads(out.stdout.strip().splitlines()[-1])
+        rounds = {op: [] for op in ops}
+        for rnd in range(args.rounds):  # alternate the order, so that a drift of the machine's speed cancels
+            for op in (ops if rnd % 2 == 0 else ops[::-1]):
+                cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
+                       str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
+                       "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                rounds[op].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        res = {op: {**{key: statistics.median(x[key] for x in got) for key in got[0]},
+                    "runs": [x["seconds"] for x in got]} for op, got in rounds.items()}
         print(f"{c:>3} " + " ".join(f"{cell(res, c):>{w}}" for (_, _, cell), w in zip(columns, widths)), flush=True)
 
 if __name__ == "__main__":
