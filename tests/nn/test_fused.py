@@ -107,15 +107,17 @@ def test_kept_messages_give_the_eager_gradients(dtype, weights, monkeypatch):
     assert kept == [True, False]
 
 
-def test_fused_equals_eager_on_a_graph_beyond_the_cache():
+@pytest.mark.parametrize("c, pairs", [(12, 30000), (5, 60000)])
+def test_fused_equals_eager_on_a_graph_beyond_the_cache(c, pairs):
     """Messages past ``_PREFETCH_MIN`` numbers: the kernels prefetch the reverse messages and stream
     the saved cavities and the cavity gradients past the cache; the K saved cavity arrays pass
-    ``HUGE_MIN`` bytes: they live in a huge-page mapping."""
+    ``HUGE_MIN`` bytes: they live in a huge-page mapping. c = 12: edge-major chunks (cavities saved
+    as rows); c = 5: class-major chunks (saved as one class-major block per chunk)."""
     from gbpn.nn._fused_kernels import _PREFETCH_MIN
 
-    n, c = 3000, 12
+    n = 3000
     g = torch.Generator().manual_seed(5)
-    u, v = torch.randint(0, n, (2, 30000), generator=g)
+    u, v = torch.randint(0, n, (2, pairs), generator=g)
     keep = u != v
     ei = torch.unique(torch.stack([torch.minimum(u, v)[keep], torch.maximum(u, v)[keep]]), dim=1)
     ei = torch.cat([ei, ei.flip(0)], 1)

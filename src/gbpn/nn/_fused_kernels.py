@@ -260,7 +260,7 @@ def _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw):
 
 @njit(inline="always")
 def _save_cavities(C, cav, k0, n, stream):
-    """``C[k0 + e] = cav[:, e]``: the chunk's cavities, edge-major, for the backward; ``stream``:
+    """``C[k0 + e] = cav[:, e]``: an edge-major chunk's cavities as rows, for the backward; ``stream``:
     non-temporal (the backward reads them one whole pass later)."""
     c = cav.shape[0]
     if not stream:
@@ -276,10 +276,37 @@ def _save_cavities(C, cav, k0, n, stream):
 
 @njit(inline="always")
 def _load_cavities(cav, C, k0, n):
-    """``cav[:, e] = C[k0 + e]``: the chunk's cavities as the forward saved them."""
+    """``cav[:, e] = C[k0 + e]``: an edge-major chunk's cavities as :func:`_save_cavities` wrote them."""
     for e in range(n):
         for a in range(cav.shape[0]):
             cav[a, e] = C[k0 + e, a]
+
+
+@njit(inline="always")
+def _save_block(Cf, cav, k0, n, stream):
+    """The class-major chunk's cavities ``cav[:, :n]`` into numbers ``k0 c`` to ``(k0 + n) c`` of
+    ``Cf`` (the ``[E, c]`` cavities, flat) as one class-major block (number ``k0 c + a n + e``), for
+    the class-major backward, which takes the same chunks: a contiguous copy on both sides, where
+    edge-major rows were a transpose on both. ``stream``: non-temporal."""
+    c = cav.shape[0]
+    base = k0 * c
+    for a in range(c):
+        if stream:
+            for e in range(n):
+                _stream(Cf, base + a * n + e, cav[a, e])
+        else:
+            for e in range(n):
+                Cf[base + a * n + e] = cav[a, e]
+
+
+@njit(inline="always")
+def _load_block(cav, Cf, k0, n):
+    """``cav[:, :n]``: the chunk's cavities from the class-major block :func:`_save_block` wrote."""
+    c = cav.shape[0]
+    base = k0 * c
+    for a in range(c):
+        for e in range(n):
+            cav[a, e] = Cf[base + a * n + e]
 
 
 @njit(inline="always", fastmath=_FM)
@@ -383,7 +410,8 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
         \quad b'_i = \mathrm{pin}\big(\mathrm{lognorm}(\phi_i + \textstyle\sum_k w'_k \log M'_k)\big)
 
     writing ``M_new``, ``b_out``, ``B_out = exp(b_out)``, if ``res`` is non-empty the L1 change
-    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`);
+    of ``B`` per node, and if ``C`` is non-empty the cavities (``[E, c]``, for :func:`backward_step`:
+    rows on edge-major chunks, one class-major block per chunk on the others, :func:`_save_block`);
     if ``Zs`` is non-empty (edge-major chunks only), each message's inverse normaliser ``1 / Z``.
     ``damping`` is a 1-element array of the dtype (no float64 promotion). Without message weights
     the sum of logs is the log of float64 products of ``span`` messages at a time (``span`` small
@@ -407,6 +435,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
     acc_ = np.empty((n_blocks, max(c, _ROW_PAD)), np.float64)
     z_ = np.empty((n_blocks, max(c, _ROW_PAD)), np.float64)
     rows = c >= _BLAS_CLASSES and ew.shape[0] == 0  # the edge-major chunk (_message_rows)
+    Cf = C.reshape(-1)  # once: numba's reshape is a library call
     for blk in range(n_blocks):
         old = _flush_denormals()
         cav, P, inv, Hw, acc, z = cav_[blk], P_[blk], inv_[blk], Hw_[blk], acc_[blk], z_[blk]
@@ -422,7 +451,7 @@ def forward_step(rowptr, blocks, src, rev, phi, known, clamp, b_prev, B_prev, M_
                     continue
                 _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 if C.shape[0] > 0:
-                    _save_cavities(C, cav, k0, n, stream)
+                    _save_block(Cf, cav, k0, n, stream)
                 _products(P, cav, n, HT, L, ew, k0, Hw)
                 _column_sums(inv, P, n)
                 for e in range(n):
@@ -720,6 +749,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
     ahead = _prefetch_distance(E, c)
     stream = _beyond_cache(E, c)
     rows = saved and c >= _BLAS_CLASSES and not weighted  # the edge-major chunk (_back_rows)
+    Cf = C.reshape(-1)  # once: numba's reshape is a library call
     W = _chunk_edges(c)
     cav_, P_, tau_, q_, zinv_, ssum_, Hw_, ct_ = _back_scratch(n_blocks, c, W, B_t)
     for blk in range(n_blocks):
@@ -739,7 +769,7 @@ def backward_step(rowptr, blocks, src, rev, dst, known, B_t, b_prev, B_prev, M_p
                                HT, first, carry, stream, one)
                     continue
                 if saved:
-                    _load_cavities(cav, C, k0, n)
+                    _load_block(cav, Cf, k0, n)
                 else:
                     _cavities(cav, k0, n, src, rev, b_prev, B_prev, M_prev, mw)
                 products = lam > 0 or weighted or saved
