@@ -50,7 +50,7 @@ def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | N
     x = model.precompute(prepare_features(data.x), data.edge_index)
     precompute = time.perf_counter() - t0
     train, _, _ = random_split(data.y, seed=0)
-    times = time_steps(model, x, data, train, steps, warmup, num_steps=bp_steps)
+    (times,) = time_steps(model, x, data, train, steps, warmup, schedule=(bp_steps,))
     return {"seconds_per_step": statistics.median(times), "precompute_seconds": precompute,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "threads": torch.get_num_threads()}
