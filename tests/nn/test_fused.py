@@ -1,4 +1,5 @@
 """The fused numba BP kernels (gbpn.nn.fused) against the eager path, value and gradient."""
+import json
 import os
 import subprocess
 import sys
@@ -393,3 +394,29 @@ def test_small_kernel_calls_run_on_fewer_threads():
         assert [fused._threads(w, pairs) for w in (per, pairs - 1, 2 * pairs)] == [1, 1, 2]
     finally:
         torch.set_num_threads(old)
+
+
+
+_WARM_UP_SCRIPT = """
+import json
+import torch
+import gbpn.nn._binary_kernels as b
+import gbpn.nn._fused_kernels as k
+from gbpn.nn.bp import warm_up
+torch.manual_seed(5)
+state = torch.get_rng_state()
+kernels = (k.forward_step, k.backward_step, b.messages, b.backward_pairs)
+before = [len(f.signatures) for f in kernels]
+warm_up(3)
+warm_up(2)
+print(json.dumps([before, [len(f.signatures) for f in kernels], torch.equal(state, torch.get_rng_state())]))
+"""
+
+
+def test_warm_up_loads_the_training_and_inference_kernels_and_keeps_the_random_state():
+    """In a fresh process :func:`gbpn.nn.bp.warm_up` runs the fused and the two-class kernels, forward
+    and backward, so that a timed run does not load them; torch's global generator is not drawn from."""
+    out = subprocess.run([sys.executable, "-c", _WARM_UP_SCRIPT], capture_output=True, text=True, check=True)
+    before, after, same_state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [0, 0, 0, 0] and all(n >= 1 for n in after)
+    assert same_state
