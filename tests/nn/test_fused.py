@@ -396,7 +396,6 @@ def test_small_kernel_calls_run_on_fewer_threads():
         torch.set_num_threads(old)
 
 
-
 _WARM_UP_SCRIPT = """
 import json
 import torch

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Set, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -510,7 +510,7 @@ class BeliefPropagation(nn.Module):
         )
 
 
-_warm: set = set()
+_warm: Set[Tuple[int, torch.dtype]] = set()  # what warm_up has run in this process
 
 
 def warm_up(num_classes: int, dtype: torch.dtype = torch.float32) -> None:
@@ -525,12 +525,11 @@ def warm_up(num_classes: int, dtype: torch.dtype = torch.float32) -> None:
     n = 8
     nodes = torch.arange(n)
     edge_index = torch.stack([torch.cat([nodes, (nodes + 1) % n]), torch.cat([(nodes + 1) % n, nodes])])
-    rev_index = torch.cat([nodes + n, nodes])
     layer = BeliefPropagation(num_classes).to(dtype)
     gen = torch.Generator().manual_seed(0)  # not torch's global generator: a seeded run stays as it was
     x = torch.log_softmax(torch.randn(n, num_classes, generator=gen, dtype=dtype), -1).requires_grad_()
     known, labels = nodes < 2, nodes % num_classes
-    layer(x, edge_index, rev_index=rev_index, known_labels=labels, known_mask=known).sum().backward()
+    layer(x, edge_index, known_labels=labels, known_mask=known).sum().backward()
     with torch.no_grad():
-        layer(x, edge_index, rev_index=rev_index)
+        layer(x, edge_index)
     _warm.add((num_classes, dtype))
