@@ -10,7 +10,7 @@ and a ratio is the median of its R per-round ratios (the two processes ran minut
     python benchmarks/bp_step.py --nodes 169343 --edges 1166243 --classes 2 7 40 47
 
 "BP" is what ``BeliefPropagation`` runs at inference, the fused numba kernel (``kernel="fused"``,
-gbpn.nn.fused), "eager" the same layer with ``kernel="eager"`` (paired edge layout, linear-domain
+gbpn.bp.backends.cpu_fused), "eager" the same layer with ``kernel="eager"`` (paired edge layout, linear-domain
 messages), measured in the same run: its step time is (t(K = 3) - t(K = 1)) / 2 over whole forward calls, so set-up
 cancels, and its memory the peak of the K = 3 call, message buffers included.
 "log" is the log-domain step that training back-propagates through (cavity with a reverse
@@ -21,11 +21,11 @@ it runs on that fraction of the edges and its time and memory are scaled up line
 the table marks with '~'.
 
 On a graph this large the fused layout renumbers the nodes (reverse Cuthill-McKee,
-``gbpn.nn.fused.locality_order``); ``--order`` adds the fused step with the graph's own
+``gbpn.graph.layouts.locality_order``); ``--order`` adds the fused step with the graph's own
 numbering ("given") and GCNConv on the renumbered graph ("GCNrcm"), so that the renumbering's
 share of the BP/GCN ratio is measured in the same run.
 
-``--keep-messages`` adds the training step with ``gbpn.nn.fused.KEEP_MESSAGES_FRACTION`` = 0.25
+``--keep-messages`` adds the training step with ``gbpn.bp.backends.cpu_fused.KEEP_MESSAGES_FRACTION`` = 0.25
 (opt-in: from 8 classes on the forward keeps every step's messages and the backward reads them
 instead of recomputing them), with both training processes' whole peak resident memory in MB.
 """
@@ -54,7 +54,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn.functional import (
+    from gbpn.bp.functional import (
         aggregate,
         cavity,
         log_matmul_exp_dense,
@@ -65,17 +65,17 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     ei, rev = data.edge_index, data.rev_index
     if op.endswith("-given"):  # the fused layout keeps the graph's node numbering
-        import gbpn.nn.fused as fused
+        import gbpn.graph.layouts as layouts
 
-        fused.REORDER_MIN_NODES = data.num_nodes + 1
+        layouts.REORDER_MIN_NODES = data.num_nodes + 1
         op = op[:-len("-given")]
     if op.endswith("-keep"):  # the forward keeps every step's messages; the backward reads them
-        import gbpn.nn.fused as fused
+        import gbpn.bp.backends.cpu_fused as fused
 
         fused.KEEP_MESSAGES_FRACTION = 0.25
         op = op[:-len("-keep")]
     if op == "gcn-rcm":  # GCNConv on the graph renumbered by the fused layout itself
-        from gbpn.nn.fused import csr_layout
+        from gbpn.graph.layouts import csr_layout
 
         ei, op = csr_layout(ei, rev, data.num_nodes, reorder=True).rank[ei], "gcn"
     if op == "plain" and fraction < 1:
@@ -104,7 +104,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
             with torch.no_grad():
                 return conv(x, ei)
     elif op in ("bp", "eager"):
-        from gbpn.nn.bp import BeliefPropagation
+        from gbpn.bp.layer import BeliefPropagation
 
         layer = BeliefPropagation(c, learn_coupling=False, coupling_init=log_H.exp().cpu(),
                                   kernel="fused" if op == "bp" else "eager").to(device)
@@ -113,7 +113,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
             with torch.no_grad():
                 return layer(log_self, ei, rev_index=rev, num_steps=k)
     elif op in ("train-fused", "train-eager"):  # forward + backward of K = 5 steps, learnable coupling
-        from gbpn.nn.bp import BeliefPropagation
+        from gbpn.bp.layer import BeliefPropagation
 
         layer = BeliefPropagation(c, coupling_init=log_H.exp().cpu(), kernel=op[6:]).to(device)
         x = log_self.clone().requires_grad_()
@@ -186,7 +186,7 @@ def main() -> None:
                     help="also time forward + backward of K = 5 steps (fused and eager) against a two-layer GCN")
     ap.add_argument("--order", action="store_true",
                     help="also time the fused steps with the graph's own node numbering (the layout renumbers the "
-                         "nodes of large graphs, gbpn.nn.fused.locality_order) and GCNConv on the renumbered graph")
+                         "nodes of large graphs, gbpn.graph.layouts.locality_order) and GCNConv on the renumbered graph")
     ap.add_argument("--fused-only", action="store_true",
                     help="time only the fused step, GCNConv and (with --train) their training steps: no eager, "
                          "log-domain or plain columns")

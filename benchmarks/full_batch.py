@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from gbpn.config import TrainConfig, resolve_device
+from gbpn.train.config import TrainConfig, resolve_device
 from gbpn.data.generators import planted_partition_graph
 from gbpn.data.splits import random_split
-from gbpn.training import fit, predict
+from gbpn.train.fit import fit, predict
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 nvidia-smi -L
 python3 -c "import torch, triton, torch_geometric as g; print('torch', torch.__version__, 'triton', triton.__version__, 'pyg', g.__version__, torch.cuda.get_device_name())"
 # the Triton BP kernels against the eager path, then the block-size sweep and the step against GCNConv
-timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=line tests/nn/test_fused_triton.py 2>&1 | tail -12 | tee "$OUT/tests_triton.log"
+timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=line tests/bp/test_fused_triton.py 2>&1 | tail -12 | tee "$OUT/tests_triton.log"
 # implicit differentiation, the potential encoders, mini-batch, torchrun (NCCL) and the CLI on CUDA
 timeout 240 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short tests/test_cuda.py 2>&1 | tail -30 | tee "$OUT/tests_cuda.log"
 timeout 180 python3 benchmarks/triton_blocks.py --classes 2 7 40 47 2>&1 | tee "$OUT/triton_blocks.log"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.experiments.runner import run_trials
 
 

@@ -12,7 +12,7 @@ Cells, each in its own process (peak memory: the growth of the process's peak RS
 set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over those allocated):
 
 - ``implicit``: ``backward="implicit"``, BP to a belief change below ``--tol`` (at most
-  ``--max-steps``), adjoint by fixed-point iteration (:mod:`gbpn.nn.implicit`);
+  ``--max-steps``), adjoint by fixed-point iteration (:mod:`gbpn.bp.implicit`);
 - ``unroll K=5``: the default training step, back-propagating through 5 steps;
 - ``unroll K=N``: unrolled through as many steps N as the implicit forward took. When its
   predicted memory exceeds ``--max-gb`` it is not run: its peak is extrapolated linearly from the
@@ -20,10 +20,10 @@ set-up holds, VmHWM reset after set-up; on CUDA the peak allocated bytes over th
   checked against the measured K = 5.
 
 Every cell runs twice: with the layer's own kernel choice (``kernel="auto"``: the fused
-kernels of :mod:`gbpn.nn.fused` where they apply; unrolled, they keep about 1.1 ``[E, c]`` buffers
+kernels of :mod:`gbpn.bp.backends.cpu_fused` where they apply; unrolled, they keep about 1.1 ``[E, c]`` buffers
 per step, implicit the fixed point and two gradient buffers) and with ``kernel="eager"`` (the
 reference path: unrolled, the autograd graph, about 3 per step; implicit, the VJPs of
-:mod:`gbpn.nn.implicit`).
+:mod:`gbpn.bp.implicit`).
 
 Times: wall seconds of the step and the process's CPU seconds (less sensitive to other jobs
 sharing the cores).
@@ -52,8 +52,8 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn.bp import BeliefPropagation
-    from gbpn.nn.implicit import ImplicitStats
+    from gbpn.bp.layer import BeliefPropagation
+    from gbpn.bp.implicit import ImplicitStats
 
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     n, y = data.num_nodes, data.y

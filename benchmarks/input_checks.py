@@ -1,6 +1,6 @@
 """Cost of the BP layer's input checks on the arXiv-sized graph: the first call on a graph (edge
 ids, self-loops, the reverse index) against a later call with the same tensors, which skips the
-edge checks (``gbpn.nn.validation``, cached per graph). Medians of ``--reps`` calls, one thread.
+edge checks (``gbpn.bp.validation``, cached per graph). Medians of ``--reps`` calls, one thread.
 
     python benchmarks/input_checks.py
 """
@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    import gbpn.nn.validation as validation
+    import gbpn.bp.validation as validation
     from gbpn.data.generators import planted_partition_graph
 
     data = planted_partition_graph(args.nodes, args.edges, 8, args.classes, seed=0)

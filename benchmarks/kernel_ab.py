@@ -2,9 +2,9 @@
 
 The machines here are noisy: a kernel change is measured by running both versions in one process,
 alternating, on the arXiv-sized synthetic graph (169,343 nodes, 2.33 M directed edges). ``--old``
-is a copy of ``gbpn/nn/_fused_kernels.py`` from another commit, e.g.
+is a copy of ``gbpn/bp/backends/_numba/fused_kernels.py`` from another commit, e.g.
 
-    git show HEAD~1:src/gbpn/nn/_fused_kernels.py > /tmp/old_kernels.py
+    git show HEAD~1:src/gbpn/bp/backends/_numba/fused_kernels.py > /tmp/old_kernels.py
     python benchmarks/kernel_ab.py --old /tmp/old_kernels.py --classes 40 --rounds 6
 
 Per round and version: one K = 5 training step (forward, then backward of a weighted sum) and one
@@ -21,7 +21,7 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", required=True, help="a copy of gbpn/nn/_fused_kernels.py from another version")
+    ap.add_argument("--old", required=True, help="a copy of gbpn/bp/backends/_numba/fused_kernels.py from another version")
     ap.add_argument("--classes", type=int, nargs="+", default=[40])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=4)
@@ -32,10 +32,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    import gbpn.nn._fused_kernels as new
-    import gbpn.nn.fused as fused
+    import gbpn.bp.backends._numba.fused_kernels as new
+    import gbpn.bp.backends.cpu_fused as fused
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn.bp import BeliefPropagation
+    from gbpn.bp.layer import BeliefPropagation
 
     spec = importlib.util.spec_from_file_location("gbpn_kernels_old", args.old)
     old = importlib.util.module_from_spec(spec)

@@ -23,13 +23,14 @@ import time
 
 import torch
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data.generators import ARXIV_SIZE, PRODUCTS_SIZE, planted_partition_graph
 from gbpn.data.splits import random_split
-from gbpn.metrics import accuracy
+from gbpn.train.metrics import accuracy
 from gbpn.nn import GBPN
-from gbpn.sampling import CSRGraph
-from gbpn.training import model_args, predict, prepare_features, tree_epochs
+from gbpn.graph.csr import CSRGraph
+from gbpn.train.fit import model_args, predict, tree_epochs
+from gbpn.data.features import prepare_features
 
 DTYPES = {"chunked": None, "pairs-fp32": torch.float32, "pairs-fp16": torch.float16, "pairs-bf16": torch.bfloat16}
 

@@ -14,9 +14,9 @@ import io
 import json
 from pathlib import Path
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.experiments.benchmark import _table, potential_table
-from gbpn.training import auto_candidates, candidate_name
+from gbpn.train.fit import auto_candidates, candidate_name
 from gbpn.io import atomic_write
 
 

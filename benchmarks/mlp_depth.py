@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.experiments.runner import run_trials
 
 

@@ -8,7 +8,7 @@ a part has about 40 nodes, so their cut is pessimistic there) and the arXiv-size
 (random node ids, no locality: the worst case of a partitioner).
 
 Then scales these fractions to papers100M's size (``--nodes``, ``--pairs``, ``--classes``,
-``--features``) with the memory model of partitioned BP (:mod:`gbpn.nn.pairs`): every directed
+``--features``) with the memory model of partitioned BP (:mod:`gbpn.bp.backends.pairs`): every directed
 message stored once over all ranks (``2 P c`` values), int32 local edges (2 per local pair) and
 cut endpoints (1 per cut edge), four ``[n_r, c]`` float32 node tables (self-potentials, beliefs,
 their linear form, the accumulator) and the part's features in float32; each step a rank sends

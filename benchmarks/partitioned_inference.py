@@ -68,12 +68,13 @@ class PeakPss:
 
 
 def prepare(args: argparse.Namespace) -> None:
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.data.generators import ARXIV_SIZE, PRODUCTS_SIZE, planted_partition_graph
     from gbpn.data.splits import random_split
     from gbpn.nn import GBPN
-    from gbpn.sampling import CSRGraph
-    from gbpn.training import model_args, prepare_features, tree_epochs
+    from gbpn.graph.csr import CSRGraph
+    from gbpn.train.fit import model_args, tree_epochs
+    from gbpn.data.features import prepare_features
 
     torch.set_num_threads(args.threads)
     n, e, f, c = ARXIV_SIZE if args.size == "arxiv" else PRODUCTS_SIZE
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> None:
 
     from gbpn.distributed import all_gather_object, init_from_env
     from gbpn.distributed.inference import partitioned_predict
-    from gbpn.metrics import accuracy
+    from gbpn.train.metrics import accuracy
     from gbpn.nn import GBPN
 
     torch.set_num_threads(args.threads)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from gbpn.experiments.benchmark import auto_members
 from gbpn.io import write_json
-from gbpn.training import select_by_validation
+from gbpn.train.fit import select_by_validation
 
 ID = ("dataset", "model", "trial", "seed", "split")
 

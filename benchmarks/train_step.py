@@ -39,7 +39,7 @@ def time_steps(model, x, data, train, steps: int, warmup: int, schedule=(None,))
     entries are timed seconds apart and in no fixed order; returns one list per entry."""
     import torch
 
-    from gbpn.objective import degree_temperature, marginal_nll
+    from gbpn.train.objective import degree_temperature, marginal_nll
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=2.5e-4)
     train_idx = train.nonzero().view(-1)
@@ -69,12 +69,13 @@ def time_steps(model, x, data, train, steps: int, warmup: int, schedule=(None,))
 def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | None) -> dict:
     import torch
 
-    import gbpn.nn.bp as bp
-    from gbpn.config import TrainConfig, default_dropout
+    import gbpn.bp.layer as bp
+    from gbpn.train.config import TrainConfig, default_dropout
     from gbpn.data import load_dataset, random_split
     from gbpn.nn import GBPN
-    from gbpn.nn.functional import log_matmul_exp_dense, log_normalize
-    from gbpn.training import model_args, prepare_features
+    from gbpn.bp.functional import log_matmul_exp_dense, log_normalize
+    from gbpn.train.fit import model_args
+    from gbpn.data.features import prepare_features
 
     if kernel == "plain":
         bp.normalized_message = lambda v, log_H: log_normalize(log_matmul_exp_dense(v, log_H))

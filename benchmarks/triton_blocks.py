@@ -1,4 +1,4 @@
-"""The Triton BP inference step (gbpn.nn.fused_triton): each variant and block size against GCNConv and
+"""The Triton BP inference step (gbpn.bp.backends.cuda_triton): each variant and block size against GCNConv and
 the eager step, all in the same process on the same graph.
 
     python benchmarks/triton_blocks.py --classes 2 7 40 47
@@ -24,9 +24,9 @@ def main() -> None:
     import triton
     from torch_geometric.nn import GCNConv
 
-    import gbpn.nn.fused_triton as ft
+    import gbpn.bp.backends.cuda_triton as ft
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn.bp import BeliefPropagation
+    from gbpn.bp.layer import BeliefPropagation
 
     data = planted_partition_graph(args.nodes, args.edges, 8, max(args.classes), seed=0)
     ei, rev = data.edge_index.cuda(), data.rev_index.cuda()

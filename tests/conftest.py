@@ -10,13 +10,13 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
 def _fused_skip_reason():
-    from gbpn.nn.fused import fused_unavailable
+    from gbpn.bp.backends.cpu_fused import fused_unavailable
 
     return fused_unavailable(torch.float64)
 
 
 FUSED_SKIP = _fused_skip_reason()
-# both BP kernels (gbpn.nn.fused needs numba: its cases skip, with the reason, where it cannot run)
+# both BP kernels (gbpn.bp.backends.cpu_fused needs numba: its cases skip, with the reason, where it cannot run)
 KERNELS = ["eager", pytest.param("fused", marks=pytest.mark.skipif(FUSED_SKIP is not None, reason=str(FUSED_SKIP)))]
 
 
@@ -69,14 +69,14 @@ def random_graph(n, p, seed):
 def num_threads(k):
     """torch (and with it the fused kernels' node blocks) on ``k`` threads inside the block, however
     small the graph: the kernels' least work per thread is lifted meanwhile."""
-    import gbpn.nn.binary as binary
-    import gbpn.nn.fused as fused
+    import gbpn.bp.backends.cpu_binary as binary
+    import gbpn.bp.backends._numba.runtime as runtime
 
-    threads, work, pairs = torch.get_num_threads(), fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD
+    threads, work, pairs = torch.get_num_threads(), runtime.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD
     torch.set_num_threads(k)
-    fused.MIN_WORK_PER_THREAD = binary.MIN_PAIRS_PER_THREAD = 1
+    runtime.MIN_WORK_PER_THREAD = binary.MIN_PAIRS_PER_THREAD = 1
     try:
         yield
     finally:
         torch.set_num_threads(threads)
-        fused.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD = work, pairs
+        runtime.MIN_WORK_PER_THREAD, binary.MIN_PAIRS_PER_THREAD = work, pairs

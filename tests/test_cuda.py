@@ -11,11 +11,11 @@ import torch
 from conftest import random_graph
 
 from gbpn.cli import main
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data import load_dataset
-from gbpn.nn.bp import BeliefPropagation
-from gbpn.nn.functional import reverse_edge_index
-from gbpn.training import fit
+from gbpn.bp.layer import BeliefPropagation
+from gbpn.graph.reverse import reverse_edge_index
+from gbpn.train.fit import fit
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 

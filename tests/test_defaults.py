@@ -1,6 +1,6 @@
 import pytest
 
-from gbpn.config import default_dropout
+from gbpn.train.config import default_dropout
 
 
 @pytest.mark.parametrize(

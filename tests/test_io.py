@@ -4,7 +4,8 @@ import stat
 import pytest
 import torch
 
-from gbpn.io import atomic_write, load_checkpoint, read_json, write_json
+from gbpn.io import atomic_write, read_json, write_json
+from gbpn.train.checkpoint import load_checkpoint
 
 
 def test_atomic_write_replaces_whole_file_with_normal_permissions(tmp_path):
@@ -33,7 +34,7 @@ def test_failed_write_keeps_the_old_file(tmp_path):
 
 def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
     from gbpn.errors import GBPNError
-    from gbpn.io import save_checkpoint
+    from gbpn.train.checkpoint import save_checkpoint
     from gbpn.nn import GBPN
 
     model = GBPN(3, 2, hidden_channels=4)

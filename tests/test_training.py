@@ -3,11 +3,11 @@ import torch
 from conftest import undirected
 from torch_geometric.data import Data
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data import load_dataset
 from gbpn.errors import GBPNError
-from gbpn.objective import degree_temperature, empirical_coupling, marginal_nll
-from gbpn.training import fit, predict
+from gbpn.train.objective import degree_temperature, empirical_coupling, marginal_nll
+from gbpn.train.fit import fit, predict
 
 
 def test_marginal_nll_with_unit_alpha_is_plain_nll():
@@ -70,8 +70,8 @@ def test_minibatch_tree_training_learns_and_matches_full_graph_inference():
 
 
 def test_f1_threshold_is_chosen_on_validation_and_class_weights_balance():
-    from gbpn.metrics import f1_with_val_threshold
-    from gbpn.objective import balanced_class_weight
+    from gbpn.train.metrics import f1_with_val_threshold
+    from gbpn.train.objective import balanced_class_weight
 
     y = torch.tensor([0] * 90 + [1] * 10)
     w = balanced_class_weight(y, 2)
@@ -136,7 +136,7 @@ def test_graph_potentials_refuse_mini_batches(potential):
 
 
 def test_selection_takes_the_best_validation_score():
-    from gbpn.training import select_by_validation
+    from gbpn.train.fit import select_by_validation
 
     assert select_by_validation([0.8, 0.7, float("nan")]) == 0  # NaN never wins
     assert select_by_validation([0.7, 0.7]) == 0  # ties: the earlier (simpler) candidate
@@ -163,7 +163,7 @@ def test_auto_potential_picks_the_best_validation_candidate_and_ignores_test_lab
 
 
 def test_roc_auc_is_the_default_metric_for_imbalanced_binary_labels():
-    from gbpn.metrics import default_metric, roc_auc
+    from gbpn.train.metrics import default_metric, roc_auc
 
     y = torch.tensor([0] * 8 + [1] * 2)
     assert default_metric(y, 2) == "roc_auc"
@@ -296,7 +296,7 @@ def test_an_undefined_validation_roc_auc_selects_on_accuracy(caplog):
 
 
 def test_auto_candidates_fall_back_to_accuracy_where_no_validation_roc_auc_is_defined():
-    from gbpn.training import select_candidate
+    from gbpn.train.fit import select_candidate
 
     rows = [{"val_roc_auc": None, "val_accuracy": 0.6}, {"val_roc_auc": float("nan"), "val_accuracy": 0.8}]
     assert select_candidate(rows, "roc_auc") == 1

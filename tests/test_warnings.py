@@ -22,8 +22,8 @@ def test_modules_compile_without_invalid_escape_sequences():
 
 def test_metis_partition_uses_the_current_pymetis_call():
     pytest.importorskip("pymetis")
-    from gbpn.baselines.large import metis_clusters
-    from gbpn.sampling import CSRGraph
+    from gbpn.graph.partition import metis_clusters
+    from gbpn.graph.csr import CSRGraph
 
     ring = torch.stack([torch.arange(20), (torch.arange(20) + 1) % 20])
     ring = torch.cat([ring, ring.flip(0)], 1)

@@ -20,8 +20,8 @@ from gbpn import distributed
 from gbpn.distributed import rank_and_world
 from gbpn.distributed.partition import PARTITIONERS
 from gbpn.errors import GBPNError
-from gbpn.metrics import METRICS
-from gbpn.nn.encoders import ENCODERS
+from gbpn.train.metrics import METRICS
+from gbpn.models.encoders import ENCODERS
 
 DEFAULT_DATASET = "synth-ising+"
 DATA_DIR_HELP = "folder with the raw data (default: $GBPN_DATA, else ~/.cache/gbpn/data)"
@@ -95,7 +95,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _add_potential_args(p: argparse.ArgumentParser) -> None:
-    """The self-potential's encoder (gbpn.nn.encoders) and the model-selection metric."""
+    """The self-potential's encoder (gbpn.models.encoders) and the model-selection metric."""
     p.add_argument("--potential", default="mlp", choices=[*ENCODERS, "auto"],
                    help="encoder of the self-potential: mlp (the paper's, own features only), sign (precomputed "
                         "neighbourhood features [x, Ax, A^2x]), gcn/sage/gat (PyG layers, full batch only), dagnn (an MLP's "
@@ -355,7 +355,7 @@ def _set_threads(args: argparse.Namespace) -> None:
 
 def _recorded_run(path: str) -> tuple:
     """``(dataset, data_dir, sample, seed, trials, TrainConfig, header)`` of a run's ``config.json``."""
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.io import read_json
 
     if not Path(path).is_file():
@@ -455,7 +455,7 @@ def _refuse_inapplicable(args: argparse.Namespace) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import dataset_name
     from gbpn.experiments.runner import run_trials
 
@@ -480,7 +480,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             backward=args.backward, tol=args.tol, max_steps=args.max_steps,
         )
     if rank_and_world()[1] > 1:
-        from gbpn.training import check_data_parallel
+        from gbpn.train.fit import check_data_parallel
 
         check_data_parallel(config)
     name = dataset_name(dataset)
@@ -510,7 +510,7 @@ def _checkpoint_and_data(args: argparse.Namespace):
     The graph is the one the checkpoint was trained on unless ``--dataset`` names another."""
     from gbpn.data.datasets import load_dataset
     from gbpn.experiments.runner import labels_fingerprint
-    from gbpn.io import load_checkpoint
+    from gbpn.train.checkpoint import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     source = meta.get("source") or {}
@@ -619,8 +619,8 @@ def _file_in(path: Optional[str], name: str) -> Optional[str]:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from gbpn.config import resolve_device
-    from gbpn.training import predict
+    from gbpn.train.config import resolve_device
+    from gbpn.train.fit import predict
 
     partitioner = bool(_given_options(args, ["predict"], ("partitioner",)))
     for flag, given in (("--per-rank", args.per_rank), ("--parts-file", args.parts_file),
@@ -693,7 +693,7 @@ def _cmd_coupling(args: argparse.Namespace) -> int:
         plot_couplings,
         save_coupling_csv,
     )
-    from gbpn.io import load_checkpoint
+    from gbpn.train.checkpoint import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     H = model.bp.coupling.normalized().numpy()
@@ -903,7 +903,7 @@ def _ratio(value: float) -> str:
 
 def _cmd_sampling_study(args: argparse.Namespace) -> int:
     """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import dataset_name, load_dataset
     from gbpn.experiments import sampling
     from gbpn.io import write_json
@@ -1038,7 +1038,7 @@ def _main_distributed(args: argparse.Namespace) -> int:
                          "do); run it as a single process")
         return 2
     if getattr(args, "device", None):
-        from gbpn.config import resolve_device
+        from gbpn.train.config import resolve_device
 
         args.device = distributed.local_device(args.device)
         try:

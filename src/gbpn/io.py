@@ -9,14 +9,12 @@ import platform
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
 from gbpn.errors import GBPNError
-
-CHECKPOINT_FORMAT = "gbpn-checkpoint-v1"
 
 
 def _umask() -> int:
@@ -163,11 +161,6 @@ def versions() -> Dict[str, str]:
     }
 
 
-def save_checkpoint(path: str | Path, model: torch.nn.Module, meta: Dict[str, Any]) -> None:
-    """Save the model's weights with everything needed to rebuild it (``meta['model_args']``)."""
-    save_torch(path, {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta})
-
-
 class _WriteErrors:
     """A file's ``write`` that keeps the ``OSError`` it raised: ``torch.save``'s zip writer reports it
     as a ``RuntimeError``."""
@@ -201,43 +194,3 @@ def save_torch(path: str | Path, obj: Any) -> None:
     atomic_write(path, write, mode="wb")
 
 
-def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
-    """Rebuild a :class:`~gbpn.nn.GBPN` from :func:`save_checkpoint`'s file; clear errors if it is not one."""
-    from gbpn.nn.model import GBPN
-
-    path = Path(path)
-    if path.is_dir():
-        inside = sorted(p.name for p in path.glob("*.pt"))
-        raise GBPNError(f"checkpoint {path} is a folder: give the checkpoint file in it"
-                        + (f" ({', '.join(str(path / n) for n in inside[:3])})" if inside else
-                           " (a run's folder holds model.pt)"))
-    if not path.is_file():
-        raise GBPNError(f"checkpoint {path} does not exist")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except PermissionError as err:  # unreadable, not damaged
-        raise GBPNError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
-    except Exception as err:
-        raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(err).__name__})") from None
-    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise GBPNError(f"{path} is not a gbpn checkpoint (expected format {CHECKPOINT_FORMAT})")
-    try:
-        model = GBPN(**payload["model_args"])
-        # checkpoints from before pluggable encoders named the MLP potential "mlp"
-        state = {("encoder." + k[4:] if k.startswith("mlp.") else k): v for k, v in payload["state_dict"].items()}
-        model.load_state_dict(state)
-    except Exception as err:
-        first = str(err).strip().splitlines()  # load_state_dict lists every mismatch on its own line
-        detail = " ".join(line.strip() for line in first[:3]) + (" ..." if len(first) > 3 else "")
-        raise GBPNError(f"checkpoint {path} does not match the GBPN model ({type(err).__name__}: {detail})") from None
-    bad = [k for k, v in payload["state_dict"].items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
-    if bad:
-        raise GBPNError(f"checkpoint {path} has NaN or infinite weights ({', '.join(bad[:3])}): it cannot "
-                        "predict anything; train again (a smaller --lr often helps)")
-    names = payload.get("class_names")
-    if names and len(names) != model.num_classes:
-        raise GBPNError(f"checkpoint {path} names {len(names)} classes but its model has {model.num_classes}; "
-                        "train it again with matching labels and class names")
-    model.eval()
-    meta = {k: v for k, v in payload.items() if k != "state_dict"}
-    return model, meta

@@ -4,7 +4,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from gbpn.baselines import BASELINES, fit_baseline
-from gbpn.baselines.dagnn import DAGNN, normalized_adjacency
+from gbpn.models.dagnn import DAGNN, normalized_adjacency
 from gbpn.baselines.gmnn import GMNN
 from gbpn.baselines.gnn import SAGE
 from gbpn.baselines.propagation import LabelPropagationModel

@@ -2,14 +2,11 @@ import pytest
 import torch
 
 from gbpn.baselines.gnn import GAT, SAGE
-from gbpn.baselines.large import (
-    fit_large_baseline,
-    induced_subgraph,
-    layerwise_inference,
-)
+from gbpn.baselines.large import fit_large_baseline, layerwise_inference
+from gbpn.graph.partition import induced_subgraph
 from gbpn.data.generators import planted_partition_graph
 from gbpn.data.splits import random_split
-from gbpn.sampling import CSRGraph
+from gbpn.graph.csr import CSRGraph
 from gbpn.sampling.neighbor import sample_subgraph
 
 

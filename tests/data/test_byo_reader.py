@@ -306,8 +306,8 @@ def test_classes_without_a_training_node_are_warned_about(caplog):
     from torch_geometric.data import Data
     import torch
 
-    from gbpn.config import TrainConfig
-    from gbpn.training import fit
+    from gbpn.train.config import TrainConfig
+    from gbpn.train.fit import fit
 
     n = 30
     data = Data(x=torch.randn(n, 3), edge_index=torch.tensor([[0, 1], [1, 0]]), y=torch.arange(n) % 5)

@@ -16,8 +16,8 @@ from gbpn.distributed.partition import (
 )
 from gbpn.errors import GBPNError
 from gbpn.nn import BeliefPropagation
-from gbpn.nn.functional import clamp_log_potential, log_normalize
-from gbpn.nn.pairs import Boundary, pair_bp
+from gbpn.bp.functional import clamp_log_potential, log_normalize
+from gbpn.bp.backends.pairs import Boundary, pair_bp
 
 
 def random_pairs(n, m, seed):
@@ -299,7 +299,7 @@ def test_one_process_partitioned_inference_with_memory_mapped_or_sparse_inputs(t
     from torch_geometric.data import Data
 
     from gbpn.distributed.inference import partitioned_beliefs
-    from gbpn.nn.model import GBPN
+    from gbpn.models.gbpn import GBPN
 
     n, f = 60, 12
     g = torch.Generator().manual_seed(1)

@@ -1,10 +1,10 @@
 import numpy as np
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data import load_dataset
 from gbpn.experiments.convergence import convergence, steps_to_tolerance
 from gbpn.experiments.coupling import compare_couplings
-from gbpn.training import fit
+from gbpn.train.fit import fit
 
 
 def test_convergence_residual_ends_at_zero_and_settle_steps_are_consistent():

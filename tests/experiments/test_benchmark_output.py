@@ -118,10 +118,10 @@ def test_results_csv_keeps_the_candidates_scores(tmp_path):
 
 
 def test_grid_auto_row_equals_an_auto_fit_of_the_same_trial(tmp_path):
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import load_dataset
     from gbpn.data.splits import trial_split
-    from gbpn.training import fit
+    from gbpn.train.fit import fit
 
     benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=3, progress=False,
                        log=lambda m: None)
@@ -140,7 +140,7 @@ def test_grid_auto_row_equals_an_auto_fit_of_the_same_trial(tmp_path):
 
 
 def test_auto_shares_candidate_runs_and_a_new_candidate_trains_only_itself(tmp_path, monkeypatch):
-    import gbpn.nn.encoders as encoders
+    import gbpn.models.encoders as encoders
 
     ran = []
     real = benchmark.run_one

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.experiments.runner import run_trials
 from gbpn.io import write_json
-from gbpn.metrics import default_metric
+from gbpn.train.metrics import default_metric
 
 
 def _strict(path):

@@ -3,17 +3,10 @@ import math
 import torch
 from conftest import undirected
 
-from gbpn.nn.bp import BeliefPropagation
-from gbpn.nn.functional import aggregate, cavity, log_normalize
-from gbpn.sampling import (
-    CSRGraph,
-    Exp3Sampler,
-    optimal_probs,
-    sample_tree,
-    sampling_variance,
-    uniform_probs,
-    variance_ratios,
-)
+from gbpn.bp.layer import BeliefPropagation
+from gbpn.bp.functional import aggregate, cavity, log_normalize
+from gbpn.sampling import Exp3Sampler, optimal_probs, sample_tree, sampling_variance, uniform_probs, variance_ratios
+from gbpn.graph.csr import CSRGraph
 
 
 def _random_graph(n=30, m=200, seed=0):

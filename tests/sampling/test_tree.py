@@ -2,9 +2,10 @@ import torch
 from conftest import undirected
 
 from gbpn.data.mrf import grid_graph
-from gbpn.nn.bp import BeliefPropagation
-from gbpn.nn.functional import reverse_edge_index
-from gbpn.sampling import CSRGraph, sample_tree
+from gbpn.bp.layer import BeliefPropagation
+from gbpn.graph.reverse import reverse_edge_index
+from gbpn.sampling import sample_tree
+from gbpn.graph.csr import CSRGraph
 
 
 def _loopy():

@@ -3,17 +3,17 @@
 ``fit_baseline(name, data, masks)`` trains one baseline full-batch with AdamW
 (lr 1e-3, weight decay 2.5e-4, 500 steps by default), keeps the epoch with the best
 validation accuracy and returns its metrics. Dropout defaults to the paper's rule
-(feature count against training nodes, :func:`gbpn.config.default_dropout`).
+(feature count against training nodes, :func:`gbpn.train.config.default_dropout`).
 
 ========  ==============================================================
-``mlp``   :class:`gbpn.nn.model.MLP`, 2 hidden layers
+``mlp``   :class:`gbpn.models.mlp.MLP`, 2 hidden layers
 ``gcn``   :class:`~gbpn.baselines.gnn.GCN`, 2 layers
 ``sage``  :class:`~gbpn.baselines.gnn.SAGE`, 2 layers, mean aggregator
 ``gat``   :class:`~gbpn.baselines.gnn.GAT`, 4 heads x (hidden / 4) units, 1 output head
 ``lp``    :class:`~gbpn.baselines.propagation.LabelPropagationModel` (no training)
 ``cs``    the MLP followed by :class:`~gbpn.baselines.propagation.CorrectSmoothModel`
 ``gmnn``  :class:`~gbpn.baselines.gmnn.GMNN` (prediction by :math:`q_\\theta`)
-``dagnn`` :class:`~gbpn.baselines.dagnn.DAGNN` ("DeeperGNN"), K = 10
+``dagnn`` :class:`~gbpn.models.dagnn.DAGNN` ("DeeperGNN"), K = 10
 ========  ==============================================================
 """
 from __future__ import annotations
@@ -27,23 +27,18 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.baselines.dagnn import DAGNN
+from gbpn.models.dagnn import DAGNN
 from gbpn.baselines.gmnn import GMNN, fit_gmnn
 from gbpn.baselines.gnn import GAT, GCN, SAGE
 from gbpn.baselines.propagation import CorrectSmoothModel, LabelPropagationModel
-from gbpn.baselines.training import (
-    Masks,
-    better,
-    csr_adjacency,
-    split_metrics,
-    train_full_batch,
-)
-from gbpn.config import default_dropout
+from gbpn.baselines.training import Masks, better, split_metrics, train_full_batch
+from gbpn.graph.adjacency import csr_adjacency
+from gbpn.train.config import default_dropout
 from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
-from gbpn.metrics import METRICS, default_metric
-from gbpn.nn.model import MLP
-from gbpn.training import prepare_features
+from gbpn.train.metrics import METRICS, default_metric
+from gbpn.models.mlp import MLP
+from gbpn.data.features import prepare_features
 
 BASELINES: Tuple[str, ...] = ("mlp", "gcn", "sage", "gat", "lp", "cs", "gmnn", "dagnn")
 
@@ -140,7 +135,7 @@ def fit_baseline(
         patience: stop after this many epochs without a better validation score
             (``epochs`` becomes a ceiling; GMNN keeps its fixed EM schedule).
         metric: the model-selection criterion and reported score besides accuracy, one of
-            :data:`gbpn.metrics.METRICS` or ``"auto"`` (:func:`gbpn.metrics.default_metric`).
+            :data:`gbpn.train.metrics.METRICS` or ``"auto"`` (:func:`gbpn.train.metrics.default_metric`).
         return_probs: also return the selected model's class probabilities ``[N, c]`` on every
             node (LP, C&S: their scores normalised per node).
 

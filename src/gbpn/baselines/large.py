@@ -31,8 +31,10 @@ from gbpn.baselines.training import Masks
 from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.sampling.neighbor import in_edges, sample_subgraph
-from gbpn.sampling.tree import CSRGraph, expand
-from gbpn.training import optimizer_step, prepare_features, train_with_selection
+from gbpn.graph.csr import CSRGraph
+from gbpn.train.fit import optimizer_step, train_with_selection
+from gbpn.data.features import prepare_features
+from gbpn.graph.partition import induced_subgraph, metis_clusters
 
 LARGE_BASELINES = ("sage-sampled", "gat-sampled", "cluster-gcn")
 
@@ -55,32 +57,6 @@ def layerwise_inference(model: TwoLayerGNN, x: Tensor, graph: CSRGraph, node_chu
     return apply(model.conv2, F.relu(apply(model.first_layer, x)))
 
 
-def metis_clusters(graph: CSRGraph, num_parts: int) -> Tensor:
-    """Cluster id of every node from METIS (``pymetis``)."""
-    try:
-        import pymetis
-    except ImportError:
-        raise GBPNError("cluster-gcn needs pymetis: pip install pymetis (or pip install 'gbpn[scale]')") from None
-    if num_parts <= 1:
-        return torch.zeros(graph.num_nodes, dtype=torch.long)
-    if hasattr(pymetis, "CSRAdjacency"):  # newer pymetis deprecates the xadj/adjncy keywords
-        adjacency = pymetis.CSRAdjacency(adj_starts=graph.rowptr.numpy(), adjacent=graph.col.numpy())
-        _, membership = pymetis.part_graph(num_parts, adjacency=adjacency)
-    else:
-        _, membership = pymetis.part_graph(num_parts, xadj=graph.rowptr.numpy(), adjncy=graph.col.numpy())
-    return torch.as_tensor(membership, dtype=torch.long)
-
-
-def induced_subgraph(graph: CSRGraph, nodes: Tensor) -> Tensor:
-    """Local ``edge_index`` of the edges among ``nodes``."""
-    local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
-    local[nodes] = torch.arange(nodes.numel())
-    seg, slot = expand(graph, nodes)
-    nbr = local[graph.col[slot]]
-    keep = nbr >= 0
-    return torch.stack([nbr[keep], seg[keep]])
-
-
 def fit_large_baseline(
     name: str,
     data: Data,
@@ -100,7 +76,7 @@ def fit_large_baseline(
 ) -> Dict[str, float]:
     """Train one of :data:`LARGE_BASELINES` with mini-batches; keep the best validation epoch.
 
-    Returns the metrics of :func:`gbpn.training.train_with_selection` plus ``baseline``.
+    Returns the metrics of :func:`gbpn.train.fit.train_with_selection` plus ``baseline``.
     """
     key = name.lower()
     if key not in LARGE_BASELINES:

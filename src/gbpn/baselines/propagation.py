@@ -11,7 +11,7 @@ and with ``clamp_known`` the known rows are reset to their labels after every st
 (the harmonic-function form of Zhu et al. 2003). Prediction: :math:`\arg\max_y Y^{(L)}_{iy}`.
 
 **C&S.** A base predictor's soft outputs :math:`Z` (here the trained
-:class:`~gbpn.nn.model.MLP`) are *corrected* by propagating the training residuals
+:class:`~gbpn.models.mlp.MLP`) are *corrected* by propagating the training residuals
 :math:`E^{(0)}_L = Y_L - Z_L` with :math:`E \leftarrow \alpha_1 S E + (1 - \alpha_1) E^{(0)}`,
 :math:`\hat Z = Z + \gamma E` (autoscaled :math:`\gamma`), then *smoothed* by LP from
 :math:`\hat Z` with the training rows replaced by their labels, coefficient :math:`\alpha_2`.

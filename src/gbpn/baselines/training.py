@@ -7,35 +7,21 @@ with the best validation accuracy are kept (ties keep the earlier epoch).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.utils import to_torch_csr_tensor
 
-from gbpn.metrics import accuracy, score
-from gbpn.nn.model import dropout as _dropout
-from gbpn.training import optimizer_step, train_with_selection
+from gbpn.train.metrics import accuracy, score
+from gbpn.models.mlp import dropout as _dropout
+from gbpn.train.fit import optimizer_step, train_with_selection
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
 
-def csr_adjacency(edge_index: Tensor, num_nodes: int, edge_weight: Optional[Tensor] = None) -> Tensor:
-    """The ``[N, N]`` adjacency in CSR with row = target, column = source (PyG's ``adj_t``).
-
-    PyG's GCN/SAGE layers and the baselines' propagation then run one sparse-dense
-    product per layer instead of gathering and scattering an ``[E, hidden]`` message
-    tensor; on Election (45K edges, 256 hidden units) a GCN step is about 9x faster.
-    """
-    with warnings.catch_warnings():  # "CSR support is in beta": nothing for a user to act on
-        warnings.simplefilter("ignore", UserWarning)
-        return to_torch_csr_tensor(edge_index.flip(0), edge_weight, size=(num_nodes, num_nodes))
-
-
 def feature_dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """Inverted dropout (:func:`gbpn.nn.model.dropout`) that also accepts sparse COO features
+    """Inverted dropout (:func:`gbpn.models.mlp.dropout`) that also accepts sparse COO features
     (only stored values are dropped)."""
     return _dropout(x, p, training)
 
@@ -47,7 +33,7 @@ def soft_cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
 
 def split_metrics(out: Tensor, y: Tensor, masks: Masks, metric: str = "accuracy") -> Dict[str, float]:
     """Accuracy of ``out.argmax(-1)`` on the train / validation / test masks, and ``metric``
-    (:func:`gbpn.metrics.score`) there too when it is another one."""
+    (:func:`gbpn.train.metrics.score`) there too when it is another one."""
     out_metrics = {f"{split}_accuracy": accuracy(out, y, m) for split, m in zip(("train", "val", "test"), masks)}
     if metric != "accuracy":
         out_metrics.update({f"{split}_{metric}": score(metric, out, y, m)
@@ -74,7 +60,7 @@ def train_full_batch(
     metric: str = "accuracy",
 ) -> Tuple[Dict[str, float], Tensor]:
     """Full-batch AdamW on the NLL of the training nodes; keep the best validation epoch
-    (by ``metric``, see :func:`gbpn.training.train_with_selection`).
+    (by ``metric``, see :func:`gbpn.train.fit.train_with_selection`).
 
     Args:
         model: the network; its parameters are optimised and, at the end, reset

@@ -38,7 +38,7 @@ def planted_partition_graph(
     ``pairs_only`` returns the cleaned undirected edges once each as ``data.pairs``
     ``[2, P]`` and no ``edge_index``: for Products-sized graphs, whose symmetric edge
     list and reverse index alone would take 4 GB (see
-    :meth:`gbpn.nn.bp.BeliefPropagation.infer_pairs`)."""
+    :meth:`gbpn.bp.layer.BeliefPropagation.infer_pairs`)."""
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, num_classes, (num_nodes,), generator=g)
     # Pareto(degree_exponent - 1) weights give a power-law degree tail

@@ -7,8 +7,8 @@ from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
 from gbpn.errors import GBPNError
-from gbpn.nn.functional import reverse_edge_index
-from gbpn.transforms import attach_reverse_index
+from gbpn.graph.reverse import reverse_edge_index
+from gbpn.graph.transforms import attach_reverse_index
 
 
 def clean_graph(data: Data) -> Data:

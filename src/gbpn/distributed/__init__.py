@@ -1,7 +1,7 @@
 """Running gbpn on several processes with ``torch.distributed``, launched by ``torchrun``.
 
 ``torchrun --nproc_per_node 2 -m gbpn train ...`` trains data-parallel on sampled trees
-(:func:`gbpn.training.fit` wraps the model in ``DistributedDataParallel`` when a process group
+(:func:`gbpn.train.fit.fit` wraps the model in ``DistributedDataParallel`` when a process group
 is up) and ``torchrun ... -m gbpn predict ...`` runs partitioned full-graph BP
 (:mod:`gbpn.distributed.inference`). Gloo on CPU, NCCL with CUDA; rank 0 writes the outputs.
 """

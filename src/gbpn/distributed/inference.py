@@ -3,7 +3,7 @@
 Every rank holds its nodes, their features' self-potentials, the edges among them and one
 stored message per cut edge; each BP step swaps only the messages that cross parts
 (``all_to_all_single``), in rounds of bounded size. The result equals single-process
-inference (:meth:`gbpn.nn.bp.BeliefPropagation.infer_pairs`) up to float rounding.
+inference (:meth:`gbpn.bp.layer.BeliefPropagation.infer_pairs`) up to float rounding.
 
     torchrun --standalone --nproc_per_node 2 -m gbpn predict --checkpoint runs/x/model.pt
 """
@@ -31,9 +31,9 @@ from gbpn.distributed.partition import (
 )
 from gbpn.errors import GBPNError
 from gbpn.memory import release_file_pages
-from gbpn.nn.functional import clamp_log_potential, log_normalize
-from gbpn.nn.model import GBPN
-from gbpn.nn.pairs import Boundary, pair_bp
+from gbpn.bp.functional import clamp_log_potential, log_normalize
+from gbpn.models.gbpn import GBPN
+from gbpn.bp.backends.pairs import Boundary, pair_bp
 
 logger = logging.getLogger("gbpn")
 
@@ -51,7 +51,7 @@ def local_self_potential(model: GBPN, data: Data, nodes: Tensor, node_chunk: int
     """Normalised log self-potentials of ``nodes``: from their own features for the ``mlp``
     encoder (node chunks); an encoder that reads the neighbourhood computes on the whole graph
     and keeps the rows of ``nodes``."""
-    from gbpn.training import prepare_features
+    from gbpn.data.features import prepare_features
 
     if model.potential != "mlp":
         x = model.precompute(prepare_features(data.x), data.edge_index)

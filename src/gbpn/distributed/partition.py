@@ -3,7 +3,7 @@
 A part owns a set of nodes. It holds the undirected edges among them (*local pairs*) and, for
 every edge with one end outside (*cut edge*), the local end; the other end is a *halo* node of
 the part. Each directed message is computed by the part that owns its source and stored by the
-part that owns its destination (:mod:`gbpn.nn.pairs`), so over all parts every directed edge is
+part that owns its destination (:mod:`gbpn.bp.backends.pairs`), so over all parts every directed edge is
 computed exactly once and received exactly once.
 """
 from __future__ import annotations
@@ -146,8 +146,8 @@ def _part_counter(u: Tensor, v: Tensor, deg: Tensor, num_parts: int,
 
 def metis_parts(pairs: Tensor, num_nodes: int, num_parts: int) -> Tensor:
     """METIS (``pymetis``) parts: few cut edges, balanced node counts."""
-    from gbpn.baselines.large import metis_clusters
-    from gbpn.sampling import CSRGraph
+    from gbpn.graph.partition import metis_clusters
+    from gbpn.graph.csr import CSRGraph
 
     return metis_clusters(CSRGraph.from_pairs(pairs, num_nodes), num_parts).to(torch.int32)
 

@@ -26,15 +26,15 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from tqdm.auto import tqdm
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
-from gbpn.metrics import check_metric, default_metric
-from gbpn.nn.bp import warm_up
-from gbpn.training import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_candidate
+from gbpn.train.metrics import check_metric, default_metric
+from gbpn.bp.layer import warm_up
+from gbpn.train.fit import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_candidate
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
@@ -88,7 +88,7 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
             dropout: Optional[float] = None):
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
-    runs early; ``dropout`` overrides the default rule for every model. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.training.TrialResult`,
+    runs early; ``dropout`` overrides the default rule for every model. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.train.fit.TrialResult`,
     a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines."""
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
                          patience=patience, metric=metric, dropout=dropout)
@@ -126,7 +126,7 @@ def auto_members(model: str, batch_size: Optional[int] = None) -> Optional[List[
 
 def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) -> Dict:
     """The metrics of an auto run from its candidates' rows (same seed and split): the candidate
-    with the best validation ``metric`` (:func:`~gbpn.training.select_candidate`), its name as
+    with the best validation ``metric`` (:func:`~gbpn.train.fit.select_candidate`), its name as
     ``potential``, and every candidate's scores as ``<candidate>__<score>`` columns."""
     pick = select_candidate(rows, metric)
     skip = ("dataset", "model", "trial", "seed", "split", "seconds", "imported")

@@ -19,8 +19,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.io import atomic_write, save_figure
-from gbpn.nn.model import GBPN
-from gbpn.training import predict, prepare_features
+from gbpn.models.gbpn import GBPN
+from gbpn.train.fit import predict
+from gbpn.data.features import prepare_features
 
 
 @torch.no_grad()

@@ -88,9 +88,9 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
     """Train on grids sampled here with a known coupling and compare the learned H with it
     (paper Figure 3 a-d). Writes ``identifiability_<kind>.png`` / ``.svg``, ``identifiability.csv``
     and returns the errors per kind."""
-    from gbpn.config import TrainConfig
+    from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import load_dataset
-    from gbpn.training import fit
+    from gbpn.train.fit import fit
 
     out = Path(output)
     results: Dict[str, Dict[str, float]] = {}

@@ -19,8 +19,8 @@ from torch_geometric.data import Data
 
 from gbpn.data.graph import degree
 from gbpn.io import atomic_write, save_figure
-from gbpn.nn.model import GBPN
-from gbpn.training import predict
+from gbpn.models.gbpn import GBPN
+from gbpn.train.fit import predict
 
 
 @torch.no_grad()

@@ -22,8 +22,8 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.errors import GBPNError
-from gbpn.nn.model import GBPN
-from gbpn.training import prepare_features
+from gbpn.models.gbpn import GBPN
+from gbpn.data.features import prepare_features
 
 
 @torch.no_grad()

@@ -24,15 +24,15 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from gbpn.config import TrainConfig, default_dropout, resolve_device
+from gbpn.train.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.datasets import data_root, find_byo_file, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.io import (atomic_write, is_score, read_json, save_checkpoint, score_or_nan, versions, write_json,
-                     write_predictions)
-from gbpn.metrics import check_metric, default_metric
-from gbpn.training import fit, model_args, predict
+from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
+from gbpn.train.checkpoint import save_checkpoint
+from gbpn.train.metrics import check_metric, default_metric
+from gbpn.train.fit import fit, model_args, predict
 
 logger = logging.getLogger(__name__)
 

@@ -13,13 +13,14 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.config import TrainConfig
+from gbpn.train.config import TrainConfig
 from gbpn.data.graph import degree
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
 from gbpn.io import save_figure, write_csv
 from gbpn.sampling.importance import variance_ratios
-from gbpn.training import fit, predict, prepare_features
+from gbpn.train.fit import fit, predict
+from gbpn.data.features import prepare_features
 
 RATIOS = tuple(f"{k}_{a}_vs_{b}" for k in ("total", "median")
                for a, b in (("importance", "optimal"), ("uniform", "optimal"), ("importance", "uniform")))

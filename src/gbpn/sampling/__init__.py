@@ -6,7 +6,8 @@ from gbpn.sampling.importance import (
            uniform_probs,
            variance_ratios,
 )
-from gbpn.sampling.tree import ComputationTree, CSRGraph, sample_tree
+from gbpn.sampling.tree import ComputationTree, sample_tree
+from gbpn.graph.csr import CSRGraph
 
 __all__ = ["ComputationTree", "CSRGraph", "sample_tree", "Exp3Sampler", "optimal_probs", "sampling_variance",
            "uniform_probs", "variance_ratios"]

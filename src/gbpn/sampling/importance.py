@@ -49,7 +49,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter, softmax
 
-from gbpn.sampling.tree import ComputationTree, CSRGraph
+from gbpn.sampling.tree import ComputationTree
+from gbpn.graph.csr import CSRGraph
 
 
 def _rows(graph: CSRGraph) -> Tensor:

@@ -14,7 +14,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from gbpn.sampling.tree import CSRGraph, choose_uniform, expand
+from gbpn.sampling.tree import choose_uniform
+from gbpn.graph.csr import CSRGraph, expand
 
 
 def sample_subgraph(

@@ -1,0 +1,349 @@
+"""Differentiable loopy belief propagation in log space."""
+from __future__ import annotations
+
+import math
+import operator
+from typing import List, Optional, Set, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from gbpn.graph.adjacency import to_edge_index
+from gbpn.bp.coupling import Coupling
+from gbpn.bp.functional import clamp_log_potential, log_normalize
+from gbpn.graph.reverse import reverse_edge_index
+from gbpn.bp.backends.pairs import pair_bp
+from gbpn.bp.implicit import ImplicitStats
+from gbpn.bp.validation import check_bp_inputs, check_coupling_range, check_pairs, check_symmetric_weight
+from gbpn.bp.dispatch import select
+from gbpn.bp.problem import BPProblem
+
+
+def _check_kernel(kernel: str) -> str:
+    if kernel not in ("auto", "fused", "eager"):
+        raise ValueError(f"kernel must be 'auto', 'fused' or 'eager', got {kernel!r}")
+    return kernel
+
+
+def _check_steps(steps: int) -> None:
+    try:
+        whole = not isinstance(steps, bool) and operator.index(steps) == steps
+    except TypeError:  # 2.5, "5", None
+        whole = False
+    if not whole or steps < 0:
+        raise ValueError(f"num_steps must be a whole number >= 0, got {steps!r}")
+
+
+def _outputs(log_belief: Tensor, residuals: List[Tensor], log_msg: Optional[Tensor], return_residuals: bool,
+             return_messages: bool) -> Union[Tensor, Tuple[Tensor, ...]]:
+    if not (return_residuals or return_messages):
+        return log_belief
+    out: Tuple[Tensor, ...] = (log_belief,)
+    if return_residuals:
+        out += (torch.stack(residuals) if residuals else log_belief.new_zeros(0),)
+    if return_messages:
+        out += (log_msg,)
+    return out
+
+
+class BeliefPropagation(nn.Module):
+    r"""Loopy sum-product belief propagation on a pairwise MRF with a shared coupling.
+
+    With self-potentials :math:`\phi_i` (given as :math:`\log\phi_i`) and the
+    coupling :math:`H` of :class:`~gbpn.bp.coupling.Coupling`, starting from
+    :math:`\log m^{(0)}_{i\to j} = -\log c` and :math:`\log p^{(0)}_i = \log\phi_i`,
+    each step :math:`t = 1, \dots, K` computes for every directed edge :math:`i \to j`
+
+    .. math::
+        \log m^{(t)}_{i\to j}(y_j) &\cong \mathrm{LSE}_{y_i}\big[w_{ij}\log H_{y_i y_j}
+            + \log p^{(t-1)}_i(y_i) - \log m^{(t-1)}_{j\to i}(y_i)\big] \\
+        \log p^{(t)}_i(y_i) &\cong \log\phi_i(y_i) + \sum_{j\in N(i)} \log m^{(t)}_{j\to i}(y_i)
+
+    where :math:`\cong` is equality after log-normalisation over classes, and
+    :math:`w_{ij} = 1` unless ``edge_weight`` is given. With damping
+    :math:`\lambda`, the new message is :math:`(1-\lambda) m^{(t)} + \lambda m^{(t-1)}`.
+
+    Known labels are *evidence*: a node in ``known_mask`` has its belief fixed to
+    the one-hot of its label at every step, so its messages are
+    :math:`\log H_{y_i,\cdot}` normalised. This is exact conditioning of the MRF
+    on those labels and the known nodes stay clamped.
+
+    The message update is a max-shifted exponential and a ``[E, c] @ [c, c]``
+    product (:func:`~gbpn.bp.functional.normalized_message`): memory per step is
+    :math:`O(E\,c)`, never :math:`O(E\,c^2)`. Edges are processed in the paired layout of
+    :func:`~gbpn.graph.reverse.paired_order` (both directions of an edge half the edge list
+    apart), so the cavity reads reverse messages without a gather. At inference (no gradient,
+    no edge or message weights) messages are kept in the linear domain
+    (:func:`~gbpn.bp.functional.linear_message`): one exponential per node instead of one per
+    edge, the same result up to rounding.
+
+    Args:
+        num_classes (int): number of classes :math:`c`.
+        num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
+        damping (float, optional): :math:`\lambda \in [0, 1)`. (default: ``0.0``)
+        tol (float, optional): stop early once the largest change of any belief
+            (L1 over classes) is below ``tol``; ``None`` always runs ``K`` steps.
+            (default: ``None``)
+        learn_coupling (bool, optional): learn :math:`H` or keep it fixed.
+            (default: ``True``)
+        coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
+        backward (str, optional): ``"unroll"`` back-propagates through the :math:`K` steps;
+            ``"implicit"`` runs BP to its fixed point without recording the steps (at most
+            :math:`K`, until the belief change is below ``tol``, default ``1e-4``) and
+            differentiates the fixed point implicitly (:mod:`gbpn.bp.implicit`; on CPU by the fused
+            kernels, :func:`~gbpn.bp.backends.cpu_fused.fused_implicit_bp`): training memory is one step's,
+            whatever the number of steps; convergence counts are in :attr:`implicit_stats`.
+            (default: ``"unroll"``)
+        kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
+            forward and backward (:mod:`gbpn.bp.backends.cpu_fused`), on CPU (with two classes and no edge
+            weights: in log-odds, one number per message, :mod:`gbpn.bp.backends.cpu_binary`), and at inference on CUDA with two
+            classes as two Triton kernels (:mod:`gbpn.bp.backends.cuda_triton`; slower than eager from 7
+            classes on so far; training and edge weights on CUDA run eager), wherever they apply
+            (float32/float64, not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no
+            ``backward="implicit"`` training on CUDA or returning messages (nor the log-odds kernel),
+            no gradient to ``message_weight``, coupling spread
+            within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path
+            (the reference);
+            ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
+            kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. On CPU, from
+            :data:`gbpn.graph.layouts.REORDER_MIN_NODES` nodes on, the fused kernels work on the nodes
+            renumbered for locality (:func:`~gbpn.graph.layouts.locality_order`, once per graph, cached
+            with its layout; inputs and outputs keep the graph's numbering). (default: ``"auto"``)
+
+    The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
+    after ``edge_weight`` keyword-only. float16 and bfloat16 ``log_self`` run BP in float32 and get
+    beliefs in their own dtype. ``edge_index`` may be a ``[2, E]`` tensor, a
+    :class:`torch_geometric.EdgeIndex` or a ``torch.sparse`` COO / CSR adjacency ``[N, N]`` (its values,
+    unless all 1, are the edge weights); all give the same beliefs. The graph must be undirected
+    (``torch_geometric.transforms.ToUndirected()``). Without ``rev_index`` each call sorts the edges to
+    find every edge's reverse; :class:`~gbpn.graph.transforms.AddReverseIndex` precomputes it once.
+
+    ``torch.compile``: with ``rev_index`` given and ``tol=None`` the forward compiles without graph
+    breaks (known labels included); compiled, it gathers reverse messages through ``rev_index`` and
+    stays in the log domain.
+
+    Shapes:
+        - **input:** log self-potentials ``[N, c]``, ``edge_index`` ``[2, E]``
+          (symmetric, no duplicates, no self-loops) or sparse ``[N, N]``, ``edge_weight`` ``[E]``
+          (optional, symmetric), ``rev_index`` ``[E]`` (optional), ``known_labels`` ``[N]``
+          and ``known_mask`` ``[N]`` (optional)
+        - **output:** normalised log-beliefs ``[N, c]``; with ``return_residuals``
+          also the per-step residuals ``[K']``, with ``return_messages`` also the
+          final log-messages ``[E, c]`` (row ``e`` is the message along edge ``e``)
+
+    ``message_weight`` ``[E]`` scales each incoming log-message in the sums above,
+    :math:`\log p_i \cong \log\phi_i + \sum_j w'_{j\to i} \log m_{j\to i}` (and the
+    cavity removes :math:`w'_{j\to i} \log m_{j\to i}`): the importance weights of
+    sub-sampled neighbours (:mod:`gbpn.sampling.importance`).
+
+    ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
+    edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
+
+    Inputs are checked (:func:`~gbpn.bp.validation.check_bp_inputs`; the edges once per graph,
+    by tensor identity and in-place version; skipped inside
+    :func:`~gbpn.bp.validation.unchecked`) and a ``log H`` wider than the dtype computes
+    exactly is refused (:func:`~gbpn.bp.validation.check_coupling_range`): ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        num_steps: int = 5,
+        damping: float = 0.0,
+        tol: Optional[float] = None,
+        learn_coupling: bool = True,
+        coupling_init: Optional[Tensor] = None,
+        backward: str = "unroll",
+        kernel: str = "auto",
+    ):
+        super().__init__()
+        _check_kernel(kernel)
+        if backward not in ("unroll", "implicit"):
+            raise ValueError(f"backward must be 'unroll' or 'implicit', got {backward!r}")
+        if backward == "implicit" and tol is None:
+            tol = 1e-4
+        _check_steps(num_steps)
+        if not 0.0 <= damping < 1.0:
+            raise ValueError(f"damping must be in [0, 1), got {damping}")
+        if tol is not None and not 0.0 <= tol < math.inf:
+            raise ValueError(f"tol must be a finite number >= 0 (or None: run every step), got {tol}")
+        self.num_classes = num_classes
+        self.num_steps = num_steps
+        self.damping = damping
+        self.tol = tol
+        self.backward = backward
+        self.kernel = kernel
+        self.last_kernel: Optional[str] = None
+        self.last_backend: Optional[str] = None
+        self.implicit_stats = ImplicitStats()
+        self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.coupling.reset_parameters()
+
+    @property
+    def H(self) -> Tensor:
+        return self.coupling.H
+
+    @property
+    def log_H(self) -> Tensor:
+        return self.coupling.log_H
+
+    def forward(
+        self,
+        log_self: Tensor,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        rev_index: Optional[Tensor] = None,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        return_residuals: bool = False,
+        return_messages: bool = False,
+        edge_chunk: Optional[int] = None,
+        message_weight: Optional[Tensor] = None,
+        kernel: Optional[str] = None,
+    ) -> Union[Tensor, Tuple[Tensor, ...]]:
+        if log_self.dtype in (torch.float16, torch.bfloat16):
+            # too few exponent bits for messages (a coupling's e^12 overflows float16): BP runs in
+            # float32 and hands back the input's precision, as autocast does for reductions
+            out = self(log_self.float(), edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
+                       known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
+                       return_messages=return_messages, edge_chunk=edge_chunk, message_weight=message_weight,
+                       kernel=kernel)
+            return out.to(log_self.dtype) if isinstance(out, Tensor) else (out[0].to(log_self.dtype), *out[1:])
+        problem = self.problem(log_self, edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
+                               known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
+                               return_messages=return_messages, edge_chunk=edge_chunk,
+                               message_weight=message_weight, kernel=kernel)
+        backend, _ = select(problem)
+        log_belief, residuals, log_msg = backend.run(problem, self)
+        self.last_backend = backend.name
+        self.last_kernel = "eager" if backend.name == "eager" else "fused"
+        return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)
+
+    def problem(
+        self,
+        log_self: Tensor,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        rev_index: Optional[Tensor] = None,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        return_residuals: bool = False,
+        return_messages: bool = False,
+        edge_chunk: Optional[int] = None,
+        message_weight: Optional[Tensor] = None,
+        kernel: Optional[str] = None,
+    ) -> BPProblem:
+        """The checked :class:`~gbpn.bp.problem.BPProblem` of a :meth:`forward` call with these
+        arguments; :func:`~gbpn.bp.dispatch.explain_dispatch` of it says which backend runs it."""
+        compiling = torch.compiler.is_compiling()
+        edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
+        if not compiling:  # the checks read values on the host (graph breaks): compiled code skips them
+            check_bp_inputs(log_self, edge_index, self.num_classes, rev_index, edge_weight, known_labels, known_mask,
+                            message_weight)
+        num_nodes, c = log_self.shape
+        if c != self.num_classes:
+            raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
+        steps = self.num_steps if num_steps is None else num_steps
+        _check_steps(steps)
+        if edge_chunk is not None and edge_chunk < 1:
+            raise ValueError(f"edge_chunk must be a positive number of edges, got {edge_chunk}")
+        if rev_index is None:
+            rev_index = reverse_edge_index(edge_index, num_nodes)
+        if not compiling:  # given or computed, the reverse index pairs each weight with its reverse's
+            check_symmetric_weight(edge_weight, rev_index)
+        log_H = self.coupling.log_H.to(log_self.dtype)
+        if not compiling:
+            check_coupling_range(log_H, log_self.dtype)
+        clamp = None
+        if known_mask is not None:
+            if known_labels is None:
+                raise ValueError("known_mask given without known_labels")
+            # a [N, c] evidence table and a where(): no data-dependent shapes, so it compiles; the labels
+            # of nodes outside the mask (-1, or anything) are never read
+            clamp = clamp_log_potential(torch.where(known_mask, known_labels, 0), c, log_self.dtype)
+        implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
+        return BPProblem(log_self, edge_index, rev_index, log_H, steps, self.damping, self.tol, known_labels,
+                         known_mask, clamp, edge_weight, message_weight, implicit, return_residuals, return_messages,
+                         edge_chunk, compiling, self.kernel if kernel is None else _check_kernel(kernel))
+
+    @torch.no_grad()
+    def infer_pairs(
+        self,
+        log_self: Tensor,
+        pairs: Tensor,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        pair_chunk: int = 1 << 20,
+        message_dtype: torch.dtype = torch.bfloat16,
+    ) -> Tensor:
+        r"""Inference-only BP for graphs whose messages barely fit in memory
+        (:func:`gbpn.bp.backends.pairs.pair_bp`).
+
+        The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once, no
+        self-loops); the messages of both directions of a pair share one ``[2, P, c]`` buffer
+        stored in ``message_dtype`` (bfloat16 halves float32) and are updated in place a chunk
+        of ``pair_chunk`` pairs at a time. The result is the same synchronous update as
+        :meth:`forward` up to the rounding of the stored messages. Messages are kept in the
+        linear domain, normalised, as :meth:`forward` does at inference (in the log domain,
+        centred over the classes, for float16 storage or a coupling too wide for it). Without
+        edge weights. Computes in the dtype of ``log_self`` (at least float32).
+
+        Memory: ``2 P c`` stored messages plus ``O(N c)`` beliefs plus one chunk.
+        """
+        check_bp_inputs(log_self, pairs.new_empty((2, 0)), self.num_classes, known_labels=known_labels,
+                        known_mask=known_mask)
+        num_nodes, c = log_self.shape
+        check_pairs(pairs, num_nodes)
+        steps = self.num_steps if num_steps is None else num_steps
+        _check_steps(steps)
+        dtype = torch.promote_types(log_self.dtype, torch.float32)  # the caller's precision, at least float32
+        log_H = self.coupling.log_H.to(dtype)
+        check_coupling_range(log_H, dtype)
+        known_idx, clamp = None, None
+        if known_mask is not None and bool(known_mask.any()):
+            known_idx = known_mask.nonzero().view(-1)
+            clamp = clamp_log_potential(known_labels[known_idx], c, dtype)
+        log_self = log_normalize(log_self.to(dtype))
+        if clamp is not None:
+            log_self[known_idx] = clamp
+        return pair_bp(log_self, pairs, log_H, steps, self.damping, known_idx, clamp, pair_chunk, message_dtype)
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "
+            f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable}, "
+            f"backward={self.backward!r}, kernel={self.kernel!r})"
+        )
+
+
+_warm: Set[Tuple[int, torch.dtype]] = set()  # what warm_up has run in this process
+
+
+def warm_up(num_classes: int, dtype: torch.dtype = torch.float32) -> None:
+    """Load the CPU kernels that BP with ``num_classes`` classes runs (numba reads them from its
+    cache, or compiles them on an install's first run) and pass their one-time self-tests, by one
+    training and one inference call on an 8-node ring; once per process and ``(num_classes, dtype)``.
+    The first BP call of a process otherwise pays this (about half a second on a 2-core machine),
+    which a timed run (a benchmark's first trial) should not. Leaves torch's random state as it was.
+    """
+    if (num_classes, dtype) in _warm:
+        return
+    n = 8
+    nodes = torch.arange(n)
+    edge_index = torch.stack([torch.cat([nodes, (nodes + 1) % n]), torch.cat([(nodes + 1) % n, nodes])])
+    layer = BeliefPropagation(num_classes).to(dtype)
+    gen = torch.Generator().manual_seed(0)  # not torch's global generator: a seeded run stays as it was
+    x = torch.log_softmax(torch.randn(n, num_classes, generator=gen, dtype=dtype), -1).requires_grad_()
+    known, labels = nodes < 2, nodes % num_classes
+    layer(x, edge_index, known_labels=labels, known_mask=known).sum().backward()
+    with torch.no_grad():
+        layer(x, edge_index)
+    _warm.add((num_classes, dtype))

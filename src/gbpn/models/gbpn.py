@@ -1,0 +1,148 @@
+"""The GBPN model: an MLP self-potential followed by belief propagation."""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple, Union
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from gbpn.graph.adjacency import to_edge_index
+from gbpn.bp.layer import BeliefPropagation
+from gbpn.bp.validation import check_node_ids
+from gbpn.models.encoders import build_encoder
+from gbpn.models.mlp import check_sizes
+
+
+class GBPN(nn.Module):
+    r"""Graph Belief Propagation Network.
+
+    .. math::
+        \log\phi = \mathrm{log\_softmax}(f_\theta(X, A)), \qquad
+        \log p_i = \mathrm{BP}_K(\log\phi, H)_i
+
+    with :class:`~gbpn.bp.layer.BeliefPropagation` for :math:`\mathrm{BP}_K` and a potential
+    encoder :math:`f_\theta` from :mod:`gbpn.models.encoders`: the paper's MLP on each node's
+    own features (``potential="mlp"``, the default), propagated features (``"sign"``) or a
+    GNN (``"gcn"``, ``"sage"``, ``"gat"``, ``"dagnn"``, ``"linkx"``). The same module serves both
+    variants:
+
+    * **GBPN-I** (inductive): call without ``known_labels``; it uses features
+      only and runs on graphs it was not trained on.
+    * **GBPN** (transductive): pass ``known_labels`` and ``known_mask``; those
+      nodes are clamped to their label and condition everyone else.
+
+    Args:
+        in_channels (int): node feature size.
+        num_classes (int): number of classes :math:`c`.
+        hidden_channels (int, optional): encoder width. (default: ``256``)
+        num_hidden (int, optional): MLP / SIGN hidden layers. (default: ``2``)
+        dropout (float, optional): encoder dropout. (default: ``0.1``)
+        num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
+        precision (str, optional): MLP precision, see :class:`MLP`; BP always
+            runs in the dtype of its input (float32 here). (default: ``"fp32"``)
+        damping, tol, learn_coupling, coupling_init, backward: see
+            :class:`~gbpn.bp.layer.BeliefPropagation` (with ``backward="implicit"``,
+            ``num_steps`` is the most steps of a pass).
+        potential (str, optional): the encoder, one of
+            :data:`gbpn.models.encoders.ENCODERS`. (default: ``"mlp"``)
+        potential_options (dict, optional): the encoder's own options
+            (:func:`gbpn.models.encoders.build_encoder`), e.g. ``{"hops": 3}``.
+
+    Shapes:
+        - **input:** ``x`` ``[N, F]`` (dense or sparse COO; or what :meth:`precompute`
+          returned for this graph), ``edge_index`` ``[2, E]``, ``edge_weight`` ``[E]``,
+          keyword-only ``rev_index`` ``[E]``, ``known_labels``/``known_mask`` ``[N]``,
+          ``message_weight`` ``[E]``
+        - **output:** normalised log-beliefs ``[N, c]`` (plus residuals and/or final
+          messages on request, as for :class:`~gbpn.bp.layer.BeliefPropagation`)
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        hidden_channels: int = 256,
+        num_hidden: int = 2,
+        dropout: float = 0.1,
+        num_steps: int = 5,
+        damping: float = 0.0,
+        tol: Optional[float] = None,
+        learn_coupling: bool = True,
+        coupling_init: Optional[Tensor] = None,
+        precision: str = "fp32",
+        potential: str = "mlp",
+        potential_options: Optional[Dict] = None,
+        backward: str = "unroll",
+    ):
+        super().__init__()
+        check_sizes(hidden_channels, num_hidden, dropout)
+        self.in_channels = in_channels
+        self.num_classes = num_classes
+        self.potential = potential
+        self.potential_options = dict(potential_options or {})
+        self.encoder = build_encoder(potential, in_channels, num_classes, hidden_channels, num_hidden, dropout,
+                                     precision, **self.potential_options)
+        self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
+                                    backward=backward)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.encoder.reset_parameters()
+        self.bp.reset_parameters()
+
+    @property
+    def H(self) -> Tensor:
+        """The learned coupling matrix ``[c, c]`` (detached)."""
+        return self.bp.H
+
+    @property
+    def log_H(self) -> Tensor:
+        return self.bp.log_H
+
+    def precompute(self, x: Tensor, edge_index: Tensor):
+        """What the encoder reads for this graph, computed once: ``x`` itself for the MLP,
+        the propagated features for ``sign``, ``x`` with a CSR adjacency for the GNNs. Pass
+        it as ``x`` to :meth:`forward` and :meth:`self_potential` to skip the work per call."""
+        edge_index = to_edge_index(edge_index)[0]
+        check_node_ids(edge_index, x.size(0))
+        return self.encoder.precompute(x, edge_index)
+
+    def self_potential(self, x, edge_index: Optional[Tensor] = None) -> Tensor:
+        """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
+        features for the MLP; from its neighbourhood as well for the graph encoders)."""
+        edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
+        if edge_index is not None and isinstance(x, Tensor):  # raw features (a precompute()d input was checked)
+            check_node_ids(edge_index, x.size(0))
+        return F.log_softmax(self.encoder(x, edge_index), dim=-1)
+
+    def forward(
+        self,
+        x,
+        edge_index: Tensor,
+        edge_weight: Optional[Tensor] = None,
+        *,
+        rev_index: Optional[Tensor] = None,
+        known_labels: Optional[Tensor] = None,
+        known_mask: Optional[Tensor] = None,
+        num_steps: Optional[int] = None,
+        return_residuals: bool = False,
+        return_messages: bool = False,
+        message_weight: Optional[Tensor] = None,
+    ) -> Union[Tensor, Tuple[Tensor, ...]]:
+        # an EdgeIndex or a torch.sparse adjacency becomes edge_index (+ weights) once, for encoder and BP
+        edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
+        return self.bp(
+            self.self_potential(x, edge_index),
+            edge_index,
+            rev_index=rev_index,
+            edge_weight=edge_weight,
+            known_labels=known_labels,
+            known_mask=known_mask,
+            num_steps=num_steps,
+            return_residuals=return_residuals,
+            return_messages=return_messages,
+            message_weight=message_weight,
+        )
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}(encoder={self.encoder!r}, bp={self.bp!r})"
