@@ -417,7 +417,7 @@ def test_the_cli_leaves_library_logging_as_it_found_it(tmp_path, caplog, capsys)
     before = logging.getLogger("gbpn").handlers[:], logging.getLogger("gbpn").propagate
     assert main(["coupling", "--checkpoint", str(tmp_path / "none.pt")]) == 2
     assert (logging.getLogger("gbpn").handlers, logging.getLogger("gbpn").propagate) == before
-    from gbpn.data.datasets import load_byo
+    from gbpn.data.byo import load_byo
 
     g, _ = _graph_folder(tmp_path / "g")
     (g / "edges.csv").write_text("source,target\n")

@@ -94,18 +94,15 @@ class BeliefPropagation(nn.Module):
             kernels, :func:`~gbpn.bp.backends.cpu_fused.fused_implicit_bp`): training memory is one step's,
             whatever the number of steps; convergence counts are in :attr:`implicit_stats`.
             (default: ``"unroll"``)
-        kernel (str, optional): ``"auto"`` runs each step as one fused numba pass over the edges,
-            forward and backward (:mod:`gbpn.bp.backends.cpu_fused`), on CPU (with two classes and no edge
-            weights: in log-odds, one number per message, :mod:`gbpn.bp.backends.cpu_binary`), and at inference on CUDA with two
-            classes as two Triton kernels (:mod:`gbpn.bp.backends.cuda_triton`; slower than eager from 7
-            classes on so far; training and edge weights on CUDA run eager), wherever they apply
-            (float32/float64, not under ``torch.compile`` or ``torch.func``, no ``edge_chunk``, no
-            ``backward="implicit"`` training on CUDA or returning messages (nor the log-odds kernel),
-            no gradient to ``message_weight``, coupling spread
-            within the dtype) and the eager path otherwise; ``"eager"`` always runs the eager path
-            (the reference);
-            ``"fused"`` raises ``ValueError`` where the fused kernels do not apply. ``forward(...,
-            kernel=...)`` overrides it per call; :attr:`last_kernel` says which ran. On CPU, from
+        kernel (str, optional): ``"auto"`` runs the first backend of
+            :data:`gbpn.bp.dispatch.BACKENDS` that accepts the call: the two-class log-odds kernels
+            on CPU (``cpu_binary``), the fused numba kernels on CPU, forward and backward
+            (``cpu_fused``), Triton at inference on CUDA up to two classes (``cuda_triton``), else the
+            eager reference (``eager``). ``"eager"`` always runs the reference; ``"fused"`` raises
+            ``ValueError`` where no compiled kernel applies, saying why. ``forward(..., kernel=...)``
+            overrides it per call; :attr:`last_backend` names the backend that ran (:attr:`last_kernel`:
+            ``"fused"`` or ``"eager"``) and :func:`~gbpn.bp.dispatch.explain_dispatch` of
+            :meth:`problem` says why each earlier one declined. On CPU, from
             :data:`gbpn.graph.layouts.REORDER_MIN_NODES` nodes on, the fused kernels work on the nodes
             renumbered for locality (:func:`~gbpn.graph.layouts.locality_order`, once per graph, cached
             with its layout; inputs and outputs keep the graph's numbering). (default: ``"auto"``)

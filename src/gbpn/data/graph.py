@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
@@ -52,11 +51,6 @@ def as_training_graph(data: Data) -> Data:
         data.num_classes = int(data.y.max()) + 1 if data.y.numel() else 0
     validate_data(data)
     return clean_graph(data)
-
-
-def degree(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """Number of distinct neighbours of every node in a cleaned graph."""
-    return torch.bincount(edge_index[1], minlength=num_nodes)
 
 
 def validate_data(data: Data) -> None:

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from gbpn.errors import GBPNError
+from gbpn.graph.degree import pair_degree
 
 logger = logging.getLogger(__name__)
 
@@ -24,12 +25,6 @@ logger = logging.getLogger(__name__)
 # many directed edges the default partition is the ranges.
 METIS_MAX_EDGES = 50_000_000
 PARTITIONERS = ("auto", "metis", "refined", "ranges")
-
-
-def degree(pairs: Tensor, num_nodes: int) -> Tensor:
-    """Number of neighbours of every node, from undirected ``pairs`` ``[2, P]``."""
-    # int32 ids are counted as they are: an int64 copy of each row would cost as much as the count
-    return torch.bincount(pairs[0], minlength=num_nodes) + torch.bincount(pairs[1], minlength=num_nodes)
 
 
 def _ids(pairs: Tensor) -> Tensor:
@@ -47,7 +42,7 @@ def range_parts(pairs: Tensor, num_nodes: int, num_parts: int, deg: Optional[Ten
     """Contiguous node ranges with about the same number of directed edges each (the work of a
     BP step is per edge). No graph structure is used: on a graph with random node ids about
     ``1 - 1/num_parts`` of the edges are cut. ``deg``: :func:`degree`, if already known."""
-    deg = degree(pairs, num_nodes) if deg is None else deg
+    deg = pair_degree(pairs, num_nodes) if deg is None else deg
     cum = torch.cumsum(deg.double() + 1e-9, 0)  # + eps: edgeless nodes still split
     bounds = torch.arange(1, num_parts, dtype=torch.float64) * (cum[-1] / num_parts)
     starts = torch.searchsorted(cum, bounds)
@@ -76,7 +71,7 @@ def refine_parts(pairs: Tensor, part: Tensor, num_parts: int, iterations: int = 
     makes the same seeded moves and returns the same parts. ``deg``: :func:`degree`, if already known."""
     num_nodes = part.numel()
     pairs = _ids(pairs)
-    deg = (degree(pairs, num_nodes) if deg is None else deg).to(torch.int32)
+    deg = (pair_degree(pairs, num_nodes) if deg is None else deg).to(torch.int32)
     u, v = pairs[:, _share(pairs.size(1), share)]
     gen = torch.Generator().manual_seed(seed)
     part = part.to(torch.int64 if num_parts > 127 else torch.int8).clone()
@@ -177,10 +172,10 @@ def partition(pairs: Tensor, num_nodes: int, num_parts: int, method: str = "auto
     if method == "metis":
         return metis_parts(pairs, num_nodes, num_parts)
     if method == "refined" and all_reduce is not None:  # the degrees too: each process counts its share
-        deg = degree(pairs[:, _share(pairs.size(1), share)], num_nodes)
+        deg = pair_degree(pairs[:, _share(pairs.size(1), share)], num_nodes)
         all_reduce(deg)
     else:
-        deg = degree(pairs, num_nodes)
+        deg = pair_degree(pairs, num_nodes)
     part = range_parts(pairs, num_nodes, num_parts, deg)
     return refine_parts(pairs, part, num_parts, share=share, all_reduce=all_reduce, deg=deg) if method == "refined" else part
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.data.graph import degree
+from gbpn.graph.degree import degree
 from gbpn.io import atomic_write, save_figure
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict

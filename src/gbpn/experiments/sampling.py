@@ -14,7 +14,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.train.config import TrainConfig
-from gbpn.data.graph import degree
+from gbpn.graph.degree import degree
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
 from gbpn.io import save_figure, write_csv

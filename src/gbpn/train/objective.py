@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gbpn.data.graph import degree
+from gbpn.graph.degree import degree
 
 
 def degree_temperature(edge_index: Tensor, num_nodes: int) -> Tensor:

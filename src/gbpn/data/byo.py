@@ -1,0 +1,349 @@
+"""Your own graph: a folder of ``edges``, ``features`` and ``labels`` files (CSV, TSV or ``.npy``),
+optionally ``class_names.txt`` and ``splits.npz``, read into a cleaned :class:`~torch_geometric.data.Data`
+with every problem reported as one clear error naming the file and line."""
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from gbpn.errors import DatasetNotFoundError, GBPNError
+
+log = logging.getLogger(__name__)
+
+
+BYO_FILES = ("edges", "features", "labels")
+
+
+@dataclass
+class _Table:
+    """A bring-your-own file read as numbers. ``first`` says what its first line was: ``"header"``
+    (names, or ``header=True``; not in ``rows``), ``"data"``, ``"positional"`` (the column numbers
+    ``0,1,...,k-1`` that pandas writes as a header, or ``1,...,k`` for k > 1, or data that reads so; kept in
+    ``rows`` until :func:`_resolve_headers` decides) or ``"none"`` (``.npy``, an empty file)."""
+
+    path: Path
+    first: str
+    rows: np.ndarray
+
+
+# a UTF-8 byte order mark (Excel's "CSV UTF-8") is read past, not taken for part of the first field
+_ENCODING = "utf-8-sig"
+
+
+def _first_fields(path: Path) -> Tuple[Optional[str], List[str]]:
+    """The delimiter for pandas (``,`` or whitespace) and the fields of the first non-blank line."""
+    try:
+        with open(path, encoding=_ENCODING) as fh:
+            for line in fh:
+                if line.strip():
+                    sep = "," if "," in line else r"\s+"
+                    return sep, [t.strip().strip('"') for t in (line.split(",") if sep == "," else line.split())]
+    except UnicodeDecodeError as err:
+        raise GBPNError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8 (in Excel, "
+                        "'CSV UTF-8')") from None
+    return None, []
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+        return True
+    except ValueError:
+        return False
+
+
+def _first_non_number(path: Path, sep: str, skip: int) -> str:
+    """Where the first field that is not a number sits (only called once a parse has failed)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=str, keep_default_na=False,
+                        encoding=_ENCODING)
+    bad = frame.apply(lambda col: pd.to_numeric(col, errors="coerce").isna() & (col.str.strip() != ""))
+    r, c = np.argwhere(bad.to_numpy())[0]
+    return f"line {int(r) + 1 + skip}, column {int(c) + 1}: {frame.iat[r, c]!r} is not a number"
+
+
+def _read_table(path: Path, header: Optional[bool]) -> _Table:
+    """Read one CSV/TSV/TXT file (pandas, explicit options) or ``.npy`` array as a float64 matrix."""
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise GBPNError(f"{path} is not a readable .npy array ({err}); write it with numpy.save") from None
+        if arr.ndim not in (1, 2) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise GBPNError(f"{path} must be a 1-D or 2-D numeric array, got {arr.dtype} of shape {arr.shape}")
+        arr = arr.astype(np.float64)
+        return _Table(path, "none", arr.reshape(-1, 1) if arr.ndim == 1 else arr)
+    sep, fields = _first_fields(path)
+    if sep is None:
+        return _Table(path, "none", np.zeros((0, 0)))
+    numeric = [_is_number(t) for t in fields]
+    if header is not None:  # a line of names is a header even with --no-header: it cannot be data
+        first = "header" if header or not any(numeric) else "data"
+    elif all(numeric):
+        # column numbers counted from 0 (pandas) or, for two or more columns, from 1: a header or data
+        bases = (0, 1) if len(fields) > 1 else (0,)
+        first = "positional" if fields in ([str(k + b) for k in range(len(fields))] for b in bases) else "data"
+    elif not any(numeric):
+        first = "header"
+    else:
+        hint = (" (an unnamed first column is the index pandas writes unless to_csv(index=False))"
+                if fields[0] == "" else " (a comma at the end of a line leaves an empty last column: remove it)"
+                if fields[-1] == "" else f" (column {fields.index('') + 1} is empty)" if "" in fields else "")
+        raise GBPNError(f"the first line of {path} mixes numbers and text ({','.join(fields)}){hint}: a header "
+                        "holds only names and a data row only numbers; fix the line, or pass --header or --no-header")
+    import pandas as pd
+
+    skip = int(first == "header")
+    try:
+        rows = pd.read_csv(path, sep=sep, header=None, skiprows=skip, dtype=np.float64, encoding=_ENCODING).to_numpy()
+    except pd.errors.EmptyDataError:  # only a header line
+        rows = np.zeros((0, len(fields)))
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise GBPNError(f"could not parse {path}: {err}") from None
+    except ValueError:
+        raise GBPNError(f"{path} {_first_non_number(path, sep, skip)}"
+                        + ("; pass --header if the first line is a header" if header is False else "")) from None
+    if len(fields) == 1:  # one value per line: a blank line is an empty cell, not a stray line
+        _check_blank_lines(path)
+    if sep != "," and path.suffix == ".tsv":
+        _check_empty_tab_fields(path)
+    if rows.size and np.isnan(rows).any():
+        _check_row_lengths(path, sep, skip, rows)
+    return _Table(path, first, rows)
+
+
+def _check_blank_lines(path: Path) -> None:
+    """pandas skips a blank line: in a one-column file (labels) inside the data that silently drops
+    a node's value and shifts the ones after it, so name the line instead (blank lines at the end
+    are harmless)."""
+    import re
+
+    text = path.read_bytes()
+    gap = re.search(rb"\n[ \t\r]*\n(?=[ \t\r\n]*[^ \t\r\n])", text)
+    if gap is not None and text[: gap.start()].strip():
+        line = text.count(b"\n", 0, gap.start()) + 2
+        raise GBPNError(f"{path} line {line} is empty: every node needs its row (in a labels file, -1 marks an "
+                        "unknown label); fill it in or delete the line")
+
+
+def _check_empty_tab_fields(path: Path) -> None:
+    """Whitespace separation merges two tabs into one: an empty field between them would vanish and
+    shift the columns after it, so it is named instead."""
+    import re
+
+    text = path.read_bytes().decode(_ENCODING, errors="replace")
+    gap = re.search(r"\S\t[ ]*\t[ ]*\S", text)
+    if gap:
+        line = text.count("\n", 0, gap.start()) + 1
+        raise GBPNError(f"{path} line {line} has an empty field (two tabs in a row): every cell needs a value")
+
+
+def _check_row_lengths(path: Path, sep: str, skip: int, rows: np.ndarray) -> None:
+    """pandas pads a short row with NaN: name the line instead of reporting NaN features later."""
+    import re
+
+    first_nan = int(np.isnan(rows).any(1).nonzero()[0][0])
+    with open(path, errors="replace", encoding=_ENCODING) as fh:
+        data_lines = ((k + 1, line) for k, line in enumerate(fh) if line.strip())
+        for _ in range(skip):
+            next(data_lines, None)
+        for r, (line_no, line) in enumerate(data_lines):
+            if r == first_nan:
+                tokens = line.rstrip("\r\n").split(sep) if sep in (",", "\t") else re.split(sep, line.strip())
+                if len(tokens) < rows.shape[1]:
+                    raise GBPNError(f"{path} line {line_no} has {len(tokens)} value(s) where the other rows have "
+                                    f"{rows.shape[1]}: every row needs one value per column")
+                col = int(np.isnan(rows[first_nan]).nonzero()[0][0])
+                if col < len(tokens) and not tokens[col].strip():
+                    raise GBPNError(f"{path} line {line_no}, column {col + 1} is empty: every cell needs a value")
+                return
+
+
+def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
+    """Each table's data rows. A first line ``0,1,...`` or ``1,2,...`` (``positional``) is a header
+    or data, whichever makes the features and labels have equal row counts and every node id in
+    the edges lie below the number of nodes; the edges file follows a features file without a
+    header (both written the same way), and with a header or as ``.npy`` its first edge must
+    recur to be read as one. When both readings fit, ask for ``--header`` / ``--no-header``."""
+    unknown = [s for s in ("features", "labels") if s in tables and tables[s].first == "positional"]
+    fits = []
+    for choice in itertools.product([False, True], repeat=len(unknown)):
+        drop = dict(zip(unknown, choice))
+        drop["edges"] = tables["edges"].first == "positional" and drop.get("features", False)
+        rows = {s: t.rows[1:] if drop.get(s) else t.rows for s, t in tables.items()}
+        n, e = len(rows["features"]), rows["edges"]
+        if ("labels" not in rows or len(rows["labels"]) == n) and not (e.size and np.nanmax(e) >= n):
+            fits.append((rows, [s for s in drop if drop[s]]))
+    edges = tables["edges"]
+    if (edges.first == "positional" and tables["features"].first in ("header", "none")
+            and edges.rows.ndim == 2 and edges.rows.shape[1] == 2):
+        # nothing to follow: "0,1" is read as an edge, which is harmless only if that edge recurs
+        a, b = edges.rows[0].astype(np.int64)
+        rest = edges.rows[1:]
+        if not ((rest == edges.rows[0]).all(1) | (rest == edges.rows[0, ::-1]).all(1)).any():
+            raise GBPNError(f"cannot tell whether the first line of {edges.path} ({a},{b}) is a header (as pandas "
+                            f"writes it) or the edge {a}-{b}; pass --header or --no-header")
+    if not fits:  # the graph check names what is wrong
+        return {s: t.rows for s, t in tables.items()}
+    if len(fits) == 1:
+        rows, dropped = fits[0]
+        if dropped:
+            log.warning("read the first line of %s as a header (only then do the row counts and node ids agree); "
+                        "pass --header to say so", ", ".join(str(tables[s].path) for s in dropped))
+        return rows
+    lines = ", ".join(f"{s}: {len(tables[s].rows)} lines" for s in ("features", "labels") if s in tables)
+    if tables["edges"].rows.size:
+        lines += f", largest node id in edges: {int(np.nanmax(tables['edges'].rows))}"
+    raise GBPNError(
+        f"cannot tell whether the first line of {' and '.join(tables[s].path.name for s in unknown)} (the column "
+        f"numbers 0,1,... or 1,2,... that pandas and others write as a header) is a header or data: both "
+        f"readings fit ({lines}); pass --header or --no-header")
+
+
+def find_byo_file(folder: Path, stem: str) -> Optional[Path]:
+    """The file ``stem`` of a bring-your-own folder (``.npy``, ``.csv``, ``.txt`` or ``.tsv``), or ``None``."""
+    found = [folder / (stem + ext) for ext in (".npy", ".csv", ".txt", ".tsv") if (folder / (stem + ext)).is_file()]
+    if len(found) > 1:
+        raise GBPNError(f"{folder} holds {' and '.join(p.name for p in found)}: keep one of them, so that it is clear "
+                        "which one is read")
+    return found[0] if found else None
+
+
+def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
+    """``splits.npz`` as ``[3, S, N]`` boolean masks (train, val, test)."""
+    try:
+        z = np.load(path, allow_pickle=False)
+        missing = [k for k in ("train", "val", "test") if k not in z.files]
+        if missing:
+            raise GBPNError(f"{path} must hold the boolean masks train, val and test; it lacks {', '.join(missing)} "
+                            f"(it holds: {', '.join(z.files) or 'nothing'})")
+        given = [np.asarray(z[k]) for k in ("train", "val", "test")]
+    except (OSError, ValueError) as err:
+        raise GBPNError(f"could not read {path}: {err}") from None
+    masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in given]
+    shapes = {m.shape for m in masks}
+    if len(shapes) != 1 or masks[0].ndim != 2 or masks[0].shape[1] != num_nodes:
+        raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] boolean masks with N = {num_nodes} "
+                        f"nodes, got {', '.join(str(m.shape) for m in given)} (from node indices idx: "
+                        "mask = np.zeros(N, bool); mask[idx] = True)")
+    if any(m.dtype != np.bool_ and not np.isin(m, (0, 1)).all() for m in masks):
+        raise GBPNError(f"{path}: masks must be boolean (or 0/1)")
+    out = torch.from_numpy(np.stack(masks).astype(bool))
+    if bool((out.sum(0) > 1).any()):
+        raise GBPNError(f"{path}: a node is in more than one of train, val and test in the same split")
+    for name, m in zip(("training", "validation", "test"), out):
+        empty = (m.sum(-1) == 0).nonzero().view(-1)
+        if empty.numel():  # model selection and the reported score need nodes in each part
+            raise GBPNError(f"{path}: split {int(empty[0])} has no {name} node; every split needs some of each")
+    return out
+
+
+def _check_node_ids(edges_path: Path, features_path: Path, edges: np.ndarray, num_nodes: int) -> None:
+    """Every entry of the edge list a node id: a whole number in ``0..num_nodes-1`` (one per row of
+    the features); the message names the edge row at fault."""
+    whole = edges == np.round(edges)  # False for NaN (an empty cell) too
+    if not whole.all():
+        r = int(np.argwhere(~whole)[0, 0])
+        raise GBPNError(f"{edges_path}: edge {r + 1} ({', '.join(f'{v:g}' for v in edges[r])}) is not a pair of "
+                        "whole-number node ids")
+    bad = (edges < 0) | (edges >= num_nodes)
+    if bad.any():
+        r = int(np.argwhere(bad)[0, 0])
+        raise GBPNError(f"{edges_path}: edge {r + 1} ({int(edges[r, 0])}, {int(edges[r, 1])}) names a node outside "
+                        f"0..{num_nodes - 1}: node ids count the rows of {features_path.name} ({num_nodes}) from 0")
+
+
+def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
+    """Load your own graph from a folder holding, in CSV (optional header) or ``.npy``:
+
+    * ``edges.csv``: two integer columns ``source,target`` (0-based node ids; either
+      direction or both; duplicates and self-loops are cleaned away);
+    * ``features.csv``: one row per node, one column per feature;
+    * ``labels.csv`` (optional): one integer per node, ``0..c-1``, or ``-1`` if unknown;
+    * ``class_names.txt`` (optional): one class name per line; labels must then lie in
+      ``0..len(names)-1``;
+    * ``splits.npz`` (optional): boolean masks ``train``, ``val`` and ``test``, each ``[N]`` (one
+      split) or ``[S, N]`` (``S`` splits, trial ``k`` uses split ``k mod S``), like the public
+      splits of the built-in data sets; without it every trial draws a random split.
+
+    ``header``: ``True`` if the first line of every CSV file is a header, ``False`` if a first
+    line of numbers is data (a line of names is a header all the same), ``None`` (default) to tell: a first line of names is a header, one of numbers is data,
+    except the column numbers ``0,1,...,k-1`` (what pandas writes as a header by default) or
+    ``1,...,k`` (``k > 1``), decided by the row counts of features and labels and the largest
+    node id in the edges (see :func:`_resolve_headers`); if that does not decide, an error
+    asks for ``header``.
+    """
+    folder = Path(folder)
+    paths: Dict[str, Optional[Path]] = {stem: find_byo_file(folder, stem) for stem in BYO_FILES}
+    missing = [s for s in ("edges", "features") if paths[s] is None]
+    if missing:
+        raise DatasetNotFoundError(
+            f"{folder} is not a graph folder: it lacks {', '.join(m + '.csv (or .npy)' for m in missing)}"
+        )
+    rows = _resolve_headers({stem: _read_table(p, header) for stem, p in paths.items() if p is not None})
+    x, edges = rows["features"], rows["edges"]
+    if not edges.size:
+        log.warning("%s holds no edges: every node is isolated and its belief is its own evidence", paths["edges"])
+        edges = np.zeros((0, 2))
+    elif edges.shape[1] != 2:
+        raise GBPNError(f"{paths['edges']} must have two columns (source, target), got {edges.shape[1]}")
+    else:
+        _check_node_ids(paths["edges"], paths["features"], edges, x.shape[0])
+        if x.shape[0] > 2 and edges.min() == 1 and not (edges == 0).any():
+            log.warning("%s never names node 0: if its ids count from 1, every node is shifted by one (ids are "
+                        "0-based rows of %s)", paths["edges"], paths["features"].name)
+    n = x.shape[0]
+    if n > 2 and x.shape[1] > 1 and any(np.array_equal(x[:, 0], np.arange(n) + b) for b in (0, 1)):
+        log.warning("the first column of %s counts the rows (%s..%d): an id column is read as a feature; drop it "
+                    "(rows are matched to nodes by position)", paths["features"], int(x[0, 0]), int(x[-1, 0]))
+    if edges.size and (edges[:, 0] == edges[:, 1]).all():
+        log.warning("%s holds only self-loops, which BP drops: every node is isolated and its belief is its own "
+                    "evidence", paths["edges"])
+    data = Data(x=torch.from_numpy(x.astype(np.float32)), edge_index=torch.from_numpy(edges.T.astype(np.int64)))
+    data.num_nodes = x.shape[0]
+    if "labels" in rows:
+        y = rows["labels"]
+        if y.ndim == 2 and y.shape[1] > 1:
+            raise GBPNError(f"{paths['labels']} must have one column (a class id per node), got {y.shape[1]}")
+        y = y.reshape(-1)
+        if not np.all(y == np.round(y)):
+            raise GBPNError(f"{paths['labels']} must hold integer class ids (or -1 for unknown)")
+        data.y = torch.from_numpy(y.astype(np.int64))
+        known = y[y >= 0]
+        data.num_classes = int(known.max()) + 1 if known.size else 0
+    if (folder / "splits.npz").is_file():
+        data.public_splits = _read_splits(folder / "splits.npz", x.shape[0])
+        in_split = data.public_splits.any(0).any(0)
+        unlabelled = in_split & (data.y < 0) if "labels" in rows else in_split
+        if bool(unlabelled.any()):
+            raise GBPNError(f"{folder / 'splits.npz'} puts {int(unlabelled.sum())} node(s) without a label in a split")
+    names = folder / "class_names.txt"
+    if names.is_file():
+        try:
+            text = names.read_text(encoding=_ENCODING)
+        except UnicodeDecodeError as err:
+            raise GBPNError(f"{names} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+        data.class_names = [s.strip() for s in text.splitlines() if s.strip()]
+        top = int(getattr(data, "num_classes", 0))
+        if top > len(data.class_names):
+            raise GBPNError(f"{paths['labels']} has label {top - 1} but {names} names {len(data.class_names)} "
+                            f"classes (0..{len(data.class_names) - 1}); fix the labels or add the missing names")
+        data.num_classes = len(data.class_names)
+    if "labels" in rows:
+        empty = np.setdiff1d(np.arange(data.num_classes), known).tolist()
+        if empty:
+            top = int(known.max())
+            why = (f"{names.name} names {data.num_classes} classes" if names.is_file() else
+                   f"classes are counted up to the largest label ({top}, on {int((known == top).sum())} node(s); "
+                   "a typo?)")
+            log.warning("no node of %s has class %s: %s, and the model learns such a class from no example",
+                        paths["labels"], ", ".join(map(str, empty)), why)
+    return data
