@@ -1,19 +1,29 @@
-"""The README's command lines and library example run as written, in order, each after the one above.
+"""The command lines and Python examples of the README and docs/ run as written, in order.
 
-Lines run in a fresh folder, with ``../shared/datasets`` pointing at the data folder, through
-``gbpn.cli.main``. Only the cost is capped, by options appended to a line (argparse keeps the
-last value): 2 epochs and 1 trial for training, 1 label sample and a short burn-in for the MRF
-sampler, one grid for ``identifiability``, no 2-D layout for ``convergence``. ``gbpn benchmark``
-lines (minutes to hours each) and the install / pytest lines are not run here.
+Command lines run in a fresh folder, with ``../shared/datasets`` pointing at the data folder,
+through ``gbpn.cli.main``: first the ``gbpn`` lines of the README's usage sections (SECTIONS),
+then every ``gbpn`` line of docs/usage.md, each after the lines above it. Only the cost is
+capped, by options appended to a line (argparse keeps the last value): 2 epochs and 1 trial for
+training, 1 label sample and a short burn-in for the MRF sampler, one grid for
+``identifiability``, no 2-D layout for ``convergence``. A ``--config`` line gets no cap: it
+repeats a recorded (capped) run, and refuses other training options. ``gbpn benchmark`` lines
+(minutes to hours each), the install / pytest lines and ``torchrun`` lines are not run here.
+
+The README's ``python`` blocks under "### Library" run as one script, and so do those of
+docs/library.md, with their training loops cut to 2 iterations.
 """
 import re
 import shlex
 from pathlib import Path
 
+import torch
 
 from gbpn.cli import main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+USAGE = ROOT / "docs" / "usage.md"
+LIBRARY = ROOT / "docs" / "library.md"
 SECTIONS = ("### Command line", "### Reading a trained model", "### Comparisons", "### Your own graph", "### Library")
 CAPS = {
     "train": ["--epochs", "2", "--trials", "1", "--hidden", "16"],
@@ -25,53 +35,82 @@ CAPS = {
 }
 
 
-def _blocks(lang: str):
-    """Fenced ``lang`` blocks of the usage sections, in README order."""
-    text = README.read_text()
-    out = []
-    for head in SECTIONS:
-        start = text.index(head)
-        end = text.find("\n### ", start + len(head))
-        out += re.findall(rf"```{lang}\n(.*?)```", text[start:end if end > 0 else None], flags=re.S)
-    return out
+def _headings(lines):
+    """(line number, level) of every Markdown heading outside fenced code."""
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"(#{1,6}) ", line)):
+            yield i, len(m.group(1))
 
 
-def _commands():
-    for block in _blocks("bash"):
-        for line in block.splitlines():
+def _section(text: str, head: str) -> str:
+    """The text from the heading that starts with ``head`` to the next heading of its level or above."""
+    lines = text.splitlines(keepends=True)
+    heads = list(_headings(lines))
+    found = [(i, lvl) for i, lvl in heads if lines[i].startswith(head)]
+    assert found, f"no section {head!r}"
+    start, level = found[0]
+    end = next((i for i, lvl in heads if i > start and lvl <= level), len(lines))
+    return "".join(lines[start:end])
+
+
+def _blocks(lang: str, path: Path, sections=None):
+    """Fenced ``lang`` blocks of ``path`` (of its ``sections`` only, if given), in order."""
+    text = path.read_text()
+    parts = [_section(text, head) for head in sections] if sections else [text]
+    return [b for part in parts for b in re.findall(rf"^```{lang}\n(.*?)^```", part, flags=re.S | re.M)]
+
+
+def _commands(path: Path, sections=None):
+    for block in _blocks("bash", path, sections):
+        for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             if line.startswith("gbpn ") and not line.startswith("gbpn benchmark"):
                 yield line
 
 
 def _capped(argv):
+    if "--config" in argv:
+        return argv
     extra = [cap for key, cap in CAPS.items() if key in argv]
     return argv + [a for cap in extra for a in cap]
 
 
-def test_readme_lines_run_as_written_in_order(data_dir, tmp_path, monkeypatch, capsys):
+def test_readme_and_usage_lines_run_as_written_in_order(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    commands = list(_commands())
-    assert any(c.startswith("gbpn predict --checkpoint runs/cora/model.pt") for c in commands)
-    for line in commands:
+    readme, usage = list(_commands(README, SECTIONS)), list(_commands(USAGE))
+    assert any(c.startswith("gbpn predict --checkpoint runs/cora/model.pt") for c in readme)
+    assert usage, "docs/usage.md has no gbpn command lines"
+    for source, line in [("README", c) for c in readme] + [("docs/usage.md", c) for c in usage]:
         argv = shlex.split(line.replace("../shared/datasets", data_dir))[1:]
         code = main(_capped(argv))
         err = capsys.readouterr().err
-        assert code == 0, f"README line failed: {line}\n{err}"
+        assert code == 0, f"{source} line failed: {line}\n{err}"
     assert (tmp_path / "runs" / "cora" / "cora_probs.csv").is_file()
     assert (tmp_path / "runs" / "cora" / "coupling.png").is_file()
     assert (tmp_path / "runs" / "my-mrf-gbpn-seed0" / "predictions.csv").is_file()
 
 
-def test_readme_library_example_runs(data_dir, monkeypatch):
-    (code,) = [b for b in _blocks("python") if "fit(data" in b]
-    follow = [b for b in _blocks("python") if "AddReverseIndex" in b]
+def _script(path: Path, data_dir: str, sections=None) -> str:
+    code = "\n".join(_blocks("python", path, sections))
+    assert code, f"{path.name} has no python examples"
     code = code.replace("../shared/datasets", data_dir)
-    code = code.replace('TrainConfig(variant="gbpn")', 'TrainConfig(variant="gbpn", epochs=2)')  # cost caps only:
-    follow = [b.replace("fullgraph=True)", 'fullgraph=True, backend="aot_eager")') for b in follow]  # no C++ build
-    scope: dict = {}
-    exec(compile(code + "\n" + "\n".join(follow), "README.md", "exec"), scope)
-    assert scope["log_p"].shape == (2708, 7)
-    import torch
+    code = re.sub(r"in range\(\d+\):", "in range(2):", code)  # cost caps only
+    return code.replace("fullgraph=True)", 'fullgraph=True, backend="aot_eager")')  # no C++ build
 
-    torch.testing.assert_close(scope["same"], scope["beliefs"].detach(), atol=1e-4, rtol=1e-4)
+
+def test_readme_library_example_runs(data_dir):
+    scope: dict = {}
+    exec(compile(_script(README, data_dir, ("### Library",)), "README.md", "exec"), scope)
+    assert scope["log_p"].shape == (2708, 7)
+    assert scope["beliefs"].shape == (2708, 7)
+    assert scope["model"].H.shape == (7, 7)
+
+
+def test_library_page_examples_run(data_dir):
+    scope: dict = {}
+    exec(compile(_script(LIBRARY, data_dir), "docs/library.md", "exec"), scope)
+    assert scope["log_p"].shape == (2708, 7)
+    torch.testing.assert_close(scope["again"], scope["beliefs"].detach(), atol=1e-4, rtol=1e-4)
