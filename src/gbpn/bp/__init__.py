@@ -1,1 +1,8 @@
-"""Loopy belief propagation: the reference step, its backends and the layer that dispatches among them."""
+"""Loopy belief propagation: the reference step (:mod:`gbpn.bp.functional`), its backends
+(:mod:`gbpn.bp.backends`), the table that picks one per call (:mod:`gbpn.bp.dispatch`) and the layer."""
+from gbpn.bp.coupling import Coupling
+from gbpn.bp.dispatch import BACKENDS, explain_dispatch
+from gbpn.bp.layer import BeliefPropagation
+from gbpn.bp.problem import BPProblem
+
+__all__ = ["BACKENDS", "BPProblem", "BeliefPropagation", "Coupling", "explain_dispatch"]

@@ -1,7 +1,17 @@
-"""Small pure numerical kernels of log-domain belief propagation.
+r"""The reference BP step and the small pure numerical kernels it is made of.
 
-Each function here is tested on its own (``tests/bp/test_functional.py``); the
-BP layer in :mod:`gbpn.bp.layer` only composes them.
+One step, for every directed edge :math:`i \to j` and node :math:`i`, is
+
+.. math::
+    \log m^{(t)}_{i\to j}(y_j) &\cong \mathrm{LSE}_{y_i}\big[w_{ij}\log H_{y_i y_j}
+        + \log p^{(t-1)}_i(y_i) - w'_{j\to i}\log m^{(t-1)}_{j\to i}(y_i)\big] \\
+    \log p^{(t)}_i(y_i) &\cong \log\phi_i(y_i) + \sum_{j\in N(i)} w'_{j\to i}\log m^{(t)}_{j\to i}(y_i)
+
+(:math:`\cong`: equal after log-normalisation over the classes; damping mixes in the previous
+message; known nodes keep their evidence): :func:`log_messages` then :func:`aggregate`. Every
+backend of :mod:`gbpn.bp.backends` computes this step and is tested against it
+(``tests/bp/test_backends.py``). Each function here is tested on its own
+(``tests/bp/test_functional.py``).
 """
 from __future__ import annotations
 

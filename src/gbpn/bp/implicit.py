@@ -1,7 +1,7 @@
 r"""Implicit differentiation of belief propagation at its fixed point.
 
 BP's messages :math:`m` are iterated without recording a graph (by the layer's inference path) to a
-fixed point :math:`m^\star = F(m^\star; \theta)` of one step :math:`F` (:func:`~gbpn.bp.layer.log_messages` after the beliefs of
+fixed point :math:`m^\star = F(m^\star; \theta)` of one step :math:`F` (:func:`~gbpn.bp.functional.log_messages` after the beliefs of
 :class:`~gbpn.bp.layer.BeliefPropagation`), where :math:`\theta` are the log self-potentials, the
 coupling and the edge and message weights. By the implicit function theorem (as in Deep
 Equilibrium Models, Bai, Kolter & Koltun 2019) a loss :math:`L(m^\star)` with

@@ -1,5 +1,7 @@
 r"""Binary BP in log-odds: the step for two classes, on CPU, forward and backward.
 
+The reference step of :mod:`gbpn.bp.functional` written for :math:`c = 2`, equal to it up to rounding.
+
 With :math:`c = 2` a normalised message is one number, :math:`x = \log m(0) - \log m(1)`, and a
 BP step is, per directed edge :math:`i \to j` and per node,
 

@@ -1,5 +1,8 @@
 r"""Fused BP kernels on CPU: one pass over the edges per step, forward and backward.
 
+They compute the reference step of :mod:`gbpn.bp.functional` (:func:`~gbpn.bp.functional.log_messages`
+then :func:`~gbpn.bp.functional.aggregate`) up to rounding.
+
 The eager step of :class:`~gbpn.bp.layer.BeliefPropagation` is a chain of about a dozen whole-array
 passes over ``[E, c]``. Here a step is one numba kernel (:mod:`gbpn.bp.backends._numba.fused_kernels`): the edges
 are sorted by destination once (:func:`~gbpn.graph.layouts.csr_layout`, cached per graph), and for every node, over its

@@ -1,5 +1,7 @@
 r"""BP inference on CUDA in two Triton kernels per step instead of a dozen whole-array passes.
 
+They compute the reference step of :mod:`gbpn.bp.functional` up to rounding.
+
 The GPU counterpart of :mod:`gbpn.bp.backends.cpu_fused` for inference (no gradient). The edges are sorted by
 destination once (:func:`device_csr`, cached per graph) and each step is
 

@@ -1,5 +1,9 @@
 r"""In-place loopy BP on undirected edge pairs, for one process or one part of a partitioned graph.
 
+The reference step of :mod:`gbpn.bp.functional` at inference, with messages stored narrower.
+It serves :meth:`~gbpn.bp.layer.BeliefPropagation.infer_pairs` and the partitioned inference of
+:mod:`gbpn.distributed`, not the dispatch table (it takes undirected pairs, not an ``edge_index``).
+
 The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once). The messages of
 both directions of a pair sit in one buffer ``[2, P, c]`` (row 0: :math:`u \to v`, row 1:
 :math:`v \to u`) in ``message_dtype``. The new :math:`m_{u\to v}` and :math:`m_{v\to u}` depend
