@@ -1,4 +1,4 @@
-"""Atomic file output, run records and checkpoints."""
+"""Files a run writes, all atomically: JSON and CSV records, predictions, figures, torch payloads; and the library versions a record carries."""
 from __future__ import annotations
 
 import io
