@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -77,8 +79,10 @@ def _read_table(path: Path, header: Optional[bool]) -> _Table:
             arr = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as err:
             raise GBPNError(f"{path} is not a readable .npy array ({err}); write it with numpy.save") from None
-        if arr.ndim not in (1, 2) or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-            raise GBPNError(f"{path} must be a 1-D or 2-D numeric array, got {arr.dtype} of shape {arr.shape}")
+        if arr.ndim not in (1, 2) or arr.dtype.kind not in "biuf":
+            raise GBPNError(f"{path} must be a 1-D or 2-D array of real numbers (bool, int or float), got {arr.dtype} "
+                            f"of shape {arr.shape}" + (": keep the real part (arr.real) or split it into two columns"
+                                                       if arr.dtype.kind == "c" else ""))
         arr = arr.astype(np.float64)
         return _Table(path, "none", arr.reshape(-1, 1) if arr.ndim == 1 else arr)
     sep, fields = _first_fields(path)
@@ -208,8 +212,18 @@ def _resolve_headers(tables: Dict[str, _Table]) -> Dict[str, np.ndarray]:
         f"readings fit ({lines}); pass --header or --no-header")
 
 
+def _check_is_file(path: Path) -> None:
+    """A path that is there but is no readable file (a folder, a broken link) is named, not skipped."""
+    if path.is_symlink() and not path.exists():
+        raise GBPNError(f"{path} is a broken link (to {os.readlink(path)}): point it at the file or remove it")
+    if path.exists() and not path.is_file():
+        raise GBPNError(f"{path} is a folder, not a file: the graph folder's files must be plain files")
+
+
 def find_byo_file(folder: Path, stem: str) -> Optional[Path]:
     """The file ``stem`` of a bring-your-own folder (``.npy``, ``.csv``, ``.txt`` or ``.tsv``), or ``None``."""
+    for ext in (".npy", ".csv", ".txt", ".tsv"):
+        _check_is_file(folder / (stem + ext))
     found = [folder / (stem + ext) for ext in (".npy", ".csv", ".txt", ".tsv") if (folder / (stem + ext)).is_file()]
     if len(found) > 1:
         raise GBPNError(f"{folder} holds {' and '.join(p.name for p in found)}: keep one of them, so that it is clear "
@@ -221,19 +235,25 @@ def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
     """``splits.npz`` as ``[3, S, N]`` boolean masks (train, val, test)."""
     try:
         z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise GBPNError(f"{path} is a single .npy array, not an .npz archive: write the masks with "
+                            "numpy.savez(path, train=..., val=..., test=...)")
         missing = [k for k in ("train", "val", "test") if k not in z.files]
         if missing:
             raise GBPNError(f"{path} must hold the boolean masks train, val and test; it lacks {', '.join(missing)} "
                             f"(it holds: {', '.join(z.files) or 'nothing'})")
         given = [np.asarray(z[k]) for k in ("train", "val", "test")]
-    except (OSError, ValueError) as err:
-        raise GBPNError(f"could not read {path}: {err}") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise GBPNError(f"could not read {path} as an .npz archive ({type(err).__name__}: {err or 'empty file'}); "
+                        "write it with numpy.savez(path, train=..., val=..., test=...)") from None
     masks = [m.reshape(1, -1) if m.ndim == 1 else m for m in given]
     shapes = {m.shape for m in masks}
     if len(shapes) != 1 or masks[0].ndim != 2 or masks[0].shape[1] != num_nodes:
         raise GBPNError(f"{path}: train, val and test must each be [N] or [S, N] boolean masks with N = {num_nodes} "
                         f"nodes, got {', '.join(str(m.shape) for m in given)} (from node indices idx: "
                         "mask = np.zeros(N, bool); mask[idx] = True)")
+    if masks[0].shape[0] == 0:
+        raise GBPNError(f"{path} holds no split (masks of shape {given[0].shape}): give at least one row per mask")
     if any(m.dtype != np.bool_ and not np.isin(m, (0, 1)).all() for m in masks):
         raise GBPNError(f"{path}: masks must be boolean (or 0/1)")
     out = torch.from_numpy(np.stack(masks).astype(bool))
@@ -249,7 +269,7 @@ def _read_splits(path: Path, num_nodes: int) -> torch.Tensor:
 def _check_node_ids(edges_path: Path, features_path: Path, edges: np.ndarray, num_nodes: int) -> None:
     """Every entry of the edge list a node id: a whole number in ``0..num_nodes-1`` (one per row of
     the features); the message names the edge row at fault."""
-    whole = edges == np.round(edges)  # False for NaN (an empty cell) too
+    whole = np.isfinite(edges) & (edges == np.round(edges))  # False for NaN (an empty cell) and inf too
     if not whole.all():
         r = int(np.argwhere(~whole)[0, 0])
         raise GBPNError(f"{edges_path}: edge {r + 1} ({', '.join(f'{v:g}' for v in edges[r])}) is not a pair of "
@@ -259,6 +279,65 @@ def _check_node_ids(edges_path: Path, features_path: Path, edges: np.ndarray, nu
         r = int(np.argwhere(bad)[0, 0])
         raise GBPNError(f"{edges_path}: edge {r + 1} ({int(edges[r, 0])}, {int(edges[r, 1])}) names a node outside "
                         f"0..{num_nodes - 1}: node ids count the rows of {features_path.name} ({num_nodes}) from 0")
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_float32(path: Path, x: np.ndarray) -> None:
+    """Features are trained on in float32: a finite value beyond its range would become inf."""
+    big = np.isfinite(x) & (np.abs(x) > _FLOAT32_MAX)
+    if big.any():
+        r, c = (int(i) for i in np.argwhere(big)[0])
+        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data), column {c + 1} holds {x[r, c]:g}, beyond the "
+                        f"float32 range (|x| <= {_FLOAT32_MAX:.3g}) that features are trained in: rescale that feature")
+
+
+def _check_labels(path: Path, y: np.ndarray, class_names: Optional[List[str]]) -> None:
+    """Class ids are whole numbers ``0..c-1`` (or -1 for unknown), and ``c`` is at most the number of
+    nodes (or of the names in ``class_names.txt``): a larger id is a typo, not a class."""
+    whole = np.isfinite(y) & (y == np.round(y))
+    if not whole.all():
+        r = int(np.argwhere(~whole)[0, 0])
+        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {y[r]:g}: labels must hold integer "
+                        "class ids 0..c-1 (or -1 for unknown)")
+    low = y < -1
+    if low.any():
+        r = int(np.argwhere(low)[0, 0])
+        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {int(y[r])}: labels must lie in "
+                        "0..c-1 (or -1 for unknown)")
+    cap = max(len(class_names or ()), y.size, 2)
+    high = y >= cap
+    if high.any():
+        r = int(np.argwhere(high)[0, 0])
+        bound = (f"the {cap} classes that class_names.txt names" if class_names and cap == len(class_names) else
+                 f"the number of nodes ({y.size}), so most classes would have no node")
+        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {y[r]:.0f}, beyond {bound}: class ids "
+                        "count 0..c-1 (a typo?)")
+
+
+def _read_class_names(path: Path) -> Optional[List[str]]:
+    """``class_names.txt``: one distinct, non-empty name per line (blank lines at the end are fine)."""
+    _check_is_file(path)
+    if not path.is_file():
+        return None
+    try:
+        text = path.read_text(encoding=_ENCODING)
+    except UnicodeDecodeError as err:
+        raise GBPNError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+    lines = [s.strip() for s in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if "" in lines:  # dropping it would shift every later name onto the wrong class
+        raise GBPNError(f"{path} line {lines.index('') + 1} is empty: class k is named on line k + 1, so every class "
+                        "needs its line; fill it in or delete the line")
+    seen: Dict[str, int] = {}
+    for i, name in enumerate(lines):
+        if name in seen:
+            raise GBPNError(f"{path} names {name!r} twice (lines {seen[name] + 1} and {i + 1}): each class needs its "
+                            "own name")
+        seen[name] = i
+    return lines
 
 
 def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
@@ -290,6 +369,9 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
         )
     rows = _resolve_headers({stem: _read_table(p, header) for stem, p in paths.items() if p is not None})
     x, edges = rows["features"], rows["edges"]
+    if not x.shape[0]:
+        raise GBPNError(f"{paths['features']} holds no rows: it needs one row of numbers per node")
+    _check_float32(paths["features"], x)
     if not edges.size:
         log.warning("%s holds no edges: every node is isolated and its belief is its own evidence", paths["edges"])
         edges = np.zeros((0, 2))
@@ -314,11 +396,11 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
         if y.ndim == 2 and y.shape[1] > 1:
             raise GBPNError(f"{paths['labels']} must have one column (a class id per node), got {y.shape[1]}")
         y = y.reshape(-1)
-        if not np.all(y == np.round(y)):
-            raise GBPNError(f"{paths['labels']} must hold integer class ids (or -1 for unknown)")
+        _check_labels(paths["labels"], y, _read_class_names(folder / "class_names.txt"))
         data.y = torch.from_numpy(y.astype(np.int64))
         known = y[y >= 0]
         data.num_classes = int(known.max()) + 1 if known.size else 0
+    _check_is_file(folder / "splits.npz")
     if (folder / "splits.npz").is_file():
         data.public_splits = _read_splits(folder / "splits.npz", x.shape[0])
         in_split = data.public_splits.any(0).any(0)
@@ -326,12 +408,9 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
         if bool(unlabelled.any()):
             raise GBPNError(f"{folder / 'splits.npz'} puts {int(unlabelled.sum())} node(s) without a label in a split")
     names = folder / "class_names.txt"
-    if names.is_file():
-        try:
-            text = names.read_text(encoding=_ENCODING)
-        except UnicodeDecodeError as err:
-            raise GBPNError(f"{names} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
-        data.class_names = [s.strip() for s in text.splitlines() if s.strip()]
+    class_names = _read_class_names(names)
+    if class_names is not None:
+        data.class_names = class_names
         top = int(getattr(data, "num_classes", 0))
         if top > len(data.class_names):
             raise GBPNError(f"{paths['labels']} has label {top - 1} but {names} names {len(data.class_names)} "
@@ -344,6 +423,7 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
             why = (f"{names.name} names {data.num_classes} classes" if names.is_file() else
                    f"classes are counted up to the largest label ({top}, on {int((known == top).sum())} node(s); "
                    "a typo?)")
+            listed = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
             log.warning("no node of %s has class %s: %s, and the model learns such a class from no example",
-                        paths["labels"], ", ".join(map(str, empty)), why)
+                        paths["labels"], listed, why)
     return data
