@@ -57,7 +57,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_named(tmp_path):
     script = f"""
 import resource, signal
 from gbpn.errors import GBPNError
-from gbpn.io import save_checkpoint
+from gbpn.train.checkpoint import save_checkpoint
 from gbpn.nn import GBPN
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 model = GBPN(300, 2, hidden_channels=256)
@@ -70,3 +70,19 @@ except GBPNError as err:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "GBPNError cannot write" in out.stdout and "File too large" in out.stdout, out.stdout + out.stderr
     assert list(tmp_path.iterdir()) == []  # no half-written file left behind
+
+
+def test_class_names_a_spreadsheet_would_run_are_written_quoted(tmp_path):
+    """OWASP CSV injection: a cell starting with = + - @ is a formula to a spreadsheet."""
+    import csv
+
+    import numpy as np
+
+    from gbpn.io import write_predictions
+
+    names = ["=cmd|' /C calc'!A0", "+1", "-x", "@sum", "plain"]
+    probs = np.eye(5)
+    write_predictions(tmp_path / "p.csv", probs, names, np.zeros(5, bool))
+    with open(tmp_path / "p.csv") as fh:
+        rows = list(csv.reader(fh))
+    assert [r[1] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1", "'-x", "'@sum", "plain"]

@@ -93,6 +93,11 @@ def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
+# Cells a spreadsheet reads as a formula when they start with one of these; such class names are
+# written behind a quote mark, as the OWASP advice on CSV injection says.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
 def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray,
                       nodes: Optional[np.ndarray] = None) -> None:
     """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically);
@@ -100,6 +105,8 @@ def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence
     import csv
 
     def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
+        if name[:1] in _FORMULA_START:  # a spreadsheet would run it as a formula (OWASP: CSV injection)
+            name = "'" + name
         line = io.StringIO()
         csv.writer(line, lineterminator="").writerow([name])
         return line.getvalue()
