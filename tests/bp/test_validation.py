@@ -297,3 +297,16 @@ def test_a_misspelt_encoder_option_is_named():
 
     with pytest.raises(GBPNError, match="the sign potential takes hops, separate; got hop"):
         GBPN(4, 3, potential="sign", potential_options={"hop": 3})
+
+
+@pytest.mark.parametrize("where", ["log_self", "edge_index", "both"])
+def test_meta_tensors_are_refused_with_a_value_error(where):
+    """A meta tensor holds a shape and no values: the library says so instead of failing in .item()."""
+    ei = undirected([(0, 1), (1, 2)])
+    x = torch.randn(3, 2)
+    x_meta, ei_meta = x.to("meta"), ei.to("meta")
+    args = {"log_self": (x_meta, ei), "edge_index": (x, ei_meta), "both": (x_meta, ei_meta)}[where]
+    with pytest.raises(ValueError, match="meta device"):
+        BeliefPropagation(2)(*args)
+    with pytest.raises(ValueError, match="meta device"):
+        GBPN(2, 4, 2)(*args)

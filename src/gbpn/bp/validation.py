@@ -94,6 +94,15 @@ def _check_graph(edge_index: Tensor, rev_index: Optional[Tensor], num_nodes: int
 _checked_graphs = GraphCache(6)
 
 
+def check_not_meta(**tensors: Optional[Tensor]) -> None:
+    """Raise ``ValueError`` naming the tensors on the meta device: the checks and the steps read
+    values, which meta tensors do not hold."""
+    meta = [name for name, t in tensors.items() if isinstance(t, Tensor) and t.is_meta]
+    if meta:
+        raise ValueError(f"{', '.join(meta)} {'is' if len(meta) == 1 else 'are'} on the meta device (a shape without "
+                         "values): BP needs the values; create the tensors on the CPU or a GPU")
+
+
 def check_bp_inputs(
     log_self: Tensor,
     edge_index: Tensor,
@@ -107,6 +116,8 @@ def check_bp_inputs(
     """Raise ``ValueError`` saying what is wrong with the inputs of :meth:`BeliefPropagation.forward`."""
     if not _enabled:
         return
+    check_not_meta(log_self=log_self, edge_index=edge_index, rev_index=rev_index, edge_weight=edge_weight,
+                   known_labels=known_labels, known_mask=known_mask, message_weight=message_weight)
     if log_self.dim() != 2 or log_self.size(1) != num_classes or not log_self.is_floating_point():
         raise ValueError(f"log_self must be a float tensor [N, {num_classes}], got {log_self.dtype} "
                          f"{tuple(log_self.shape)}")

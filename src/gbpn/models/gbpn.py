@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from gbpn.graph.adjacency import to_edge_index
 from gbpn.bp.layer import BeliefPropagation
-from gbpn.bp.validation import check_node_ids
+from gbpn.bp.validation import check_node_ids, check_not_meta
 from gbpn.models.encoders import build_encoder
 from gbpn.models.mlp import check_sizes
 
@@ -111,6 +111,7 @@ class GBPN(nn.Module):
         """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
         features for the MLP; from its neighbourhood as well for the graph encoders)."""
         edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
+        check_not_meta(x=x, edge_index=edge_index)
         if edge_index is not None and isinstance(x, Tensor):  # raw features (a precompute()d input was checked)
             check_node_ids(edge_index, x.size(0))
         return F.log_softmax(self.encoder(x, edge_index), dim=-1)

@@ -6,6 +6,7 @@ from typing import Any, Dict, Tuple
 
 import torch
 
+from gbpn.bp.numerics import REFUSE
 from gbpn.errors import GBPNError
 from gbpn.io import save_torch
 from gbpn.models.gbpn import GBPN
@@ -17,6 +18,17 @@ CHECKPOINT_FORMAT = "gbpn-checkpoint-v1"
 def save_checkpoint(path: str | Path, model: torch.nn.Module, meta: Dict[str, Any]) -> None:
     """Save the model's weights with everything needed to rebuild it (``meta['model_args']``)."""
     save_torch(path, {"format": CHECKPOINT_FORMAT, "state_dict": model.state_dict(), **meta})
+
+
+def _check_size(path: Path, payload: Dict[str, Any]) -> None:
+    """The model ``model_args`` describe, built on the meta device (no memory), must fit in the weights
+    the file holds: a crafted ``model_args`` cannot make the process allocate more than the file."""
+    with torch.device("meta"):
+        shell = GBPN(**payload["model_args"])
+    need = sum(t.numel() for t in shell.state_dict().values())
+    have = sum(v.numel() for v in payload["state_dict"].values() if isinstance(v, torch.Tensor))
+    if need > have:
+        raise ValueError(f"model_args ask for {need:,} weights, the file holds {have:,}")
 
 
 def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
@@ -38,6 +50,7 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise GBPNError(f"{path} is not a gbpn checkpoint (expected format {CHECKPOINT_FORMAT})")
     try:
+        _check_size(path, payload)
         model = GBPN(**payload["model_args"])
         # checkpoints from before pluggable encoders named the MLP potential "mlp"
         state = {("encoder." + k[4:] if k.startswith("mlp.") else k): v for k, v in payload["state_dict"].items()}
@@ -50,6 +63,12 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
     if bad:
         raise GBPNError(f"checkpoint {path} has NaN or infinite weights ({', '.join(bad[:3])}): it cannot "
                         "predict anything; train again (a smaller --lr often helps)")
+    log_H = model.bp.log_H.detach()
+    spread = float(log_H.max() - log_H.min())
+    if not spread <= REFUSE[torch.float32]:
+        raise GBPNError(f"checkpoint {path} has a coupling whose log H spans {spread:.0f} (max - min), beyond the "
+                        f"{REFUSE[torch.float32]:.0f} that BP computes exactly in float32: training diverged; train "
+                        "again (a smaller --coupling-lr often helps)")
     names = payload.get("class_names")
     if names and len(names) != model.num_classes:
         raise GBPNError(f"checkpoint {path} names {len(names)} classes but its model has {model.num_classes}; "
