@@ -30,6 +30,11 @@ met). ``config.json`` is compared too but only reported (the restructuring may n
     .venv/bin/python benchmarks/same_results.py --old /tmp/base/src --new src --out /tmp/equiv --only new
     .venv/bin/python benchmarks/same_results.py --old /tmp/base/src --new src --out /tmp/equiv --only compare
 
+Each pass runs from a copy of its tree made when the pass starts (``OUT/<side>/src``, so that edits
+made meanwhile do not mix versions; ``--no-snapshot`` runs in place); ``OUT/<side>/tree.json``
+records its fingerprint and git HEAD, ``OUT/<side>/runs.json`` each command and its time, and
+``OUT/<side>/logs`` their output. ``--cases REGEX`` reruns only the matching cases of a pass.
+
 ``--only new`` also runs the compat cases (it reads ``OUT/old``) and then compares. Exit status:
 0 when everything compared is equal, 1 on any difference or failed run, 3 when a tree's ``gbpn``
 does not import. ``/tmp/base/src`` is e.g. ``git archive 2cbaa7b | tar -x -C /tmp/base``.
@@ -38,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import shutil
@@ -53,7 +57,7 @@ SEED = "0"
 
 # Keys skipped by name wherever they occur (metrics.json, config.json, checkpoint metadata).
 IGNORED_KEY_RE = re.compile(r"(seconds|secs|_time|^time|times|duration|elapsed|timestamp|date|versions?|"
-                            r"data_dir|path|cache_dir|hostname|pid)$", re.I)
+                            r"data_dir|path|cache_dir|hostname|pid)$", re.IGNORECASE)
 # Keys that hold a file name relative to the run folder: skipped where their value is a string
 # (a trial row's "split" is a path; a checkpoint's "split" is a dict and is compared).
 PATH_KEYS = {"split", "checkpoint", "predictions"}
@@ -119,7 +123,9 @@ def tree_env(src: Path, side_dir: Path) -> dict:
     return env
 
 
-def run_logged(name: str, cmd: list, env: dict, side_dir: Path) -> dict:
+def run_logged(name: str, cmd: list, env: dict, side_dir: Path, fresh: bool = True) -> dict:
+    if fresh and (side_dir / name).exists():  # a case rerun with --cases starts from nothing
+        shutil.rmtree(side_dir / name)
     logs = side_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -135,13 +141,25 @@ def gbpn_cmd(*args: str) -> list:
     return [sys.executable, "-m", "gbpn", *args]
 
 
+def fingerprint(src: Path) -> str:
+    """SHA-256 of every file under ``src/gbpn`` but caches: tells whether the tree changed during a pass."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted((src / "gbpn").rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".nbi", ".nbc"):
+            h.update(p.relative_to(src).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
 def check_tree(src: Path, side_dir: Path) -> dict:
     """Where ``import gbpn`` resolves under this PYTHONPATH, and the tree's git state."""
     env = tree_env(src, side_dir)
-    probe = subprocess.run([sys.executable, "-c", "import os, gbpn, gbpn.__main__; "
-                            "print(os.path.realpath(gbpn.__file__))"],
-                           env=env, cwd=side_dir, capture_output=True, text=True)
-    info = {"src": str(src)}
+    code = ("import os, importlib.util, gbpn, gbpn.cli; assert importlib.util.find_spec('gbpn.__main__'); "
+            "print(os.path.realpath(gbpn.__file__))")
+    probe = subprocess.run([sys.executable, "-c", code], env=env, cwd=side_dir, capture_output=True, text=True,
+                           check=False)
+    info = {"src": str(src), "fingerprint": fingerprint(src)}
     if probe.returncode != 0:
         info["import_error"] = probe.stderr.strip().splitlines()[-1:] or ["(no message)"]
         return info
@@ -149,7 +167,10 @@ def check_tree(src: Path, side_dir: Path) -> dict:
     info["gbpn_file"] = where
     if not where.startswith(str(src.resolve()) + os.sep):
         info["import_error"] = [f"gbpn imported from {where}, not from {src}"]
-    git = lambda *a: subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True)  # noqa: E731
+
+    def git(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(src), *a], capture_output=True, text=True, check=False)
+
     head = git("rev-parse", "HEAD")
     if head.returncode == 0:
         info["head"] = head.stdout.strip()
@@ -157,21 +178,43 @@ def check_tree(src: Path, side_dir: Path) -> dict:
     return info
 
 
-def run_side(side: str, src: Path, out: Path, data_dir: str, only_cases: re.Pattern | None) -> bool:
+def run_side(side: str, src: Path, out: Path, data_dir: str, only_cases: re.Pattern | None,
+             snapshot: bool = True) -> bool:
     side_dir = out / side
-    if side_dir.exists():
-        shutil.rmtree(side_dir)
-    side_dir.mkdir(parents=True)
+    earlier = {}
+    if only_cases is None:  # a whole pass starts clean
+        if side_dir.exists():
+            shutil.rmtree(side_dir)
+    elif (side_dir / "runs.json").is_file():  # --cases: rerun those, keep the other cases' results
+        earlier = json.loads((side_dir / "runs.json").read_text())
+    side_dir.mkdir(parents=True, exist_ok=True)
     info = check_tree(src, side_dir)
+    if snapshot and "import_error" not in info:
+        # a tree being edited: every case of the pass runs one copy of it, the one fingerprinted
+        copy = side_dir / "src"
+        if copy.exists():
+            shutil.rmtree(copy)
+        shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        copied = check_tree(copy, side_dir)
+        if copied.get("fingerprint") != info["fingerprint"]:
+            print(f"WARNING: {src} changed while it was copied; rerun the pass", flush=True)
+        info = {**copied, "copied_from": str(src), "head": info.get("head"),
+                "dirty_files_under_src": info.get("dirty_files_under_src")}
+        src = copy
     (side_dir / "tree.json").write_text(json.dumps(info, indent=1))
     if "import_error" in info:
         print(f"{side} tree {src}: gbpn does not import: {info['import_error'][-1]}", file=sys.stderr)
         return False
-    print(f"{side}: gbpn from {info['gbpn_file']}" + (f" (HEAD {info['head'][:10]}, "
-          f"{info['dirty_files_under_src']} changed files under src)" if "head" in info else ""), flush=True)
+    print(f"{side}: gbpn from {info['gbpn_file']}" + (f" (copy of {info['copied_from']}" if snapshot else "")
+          + (f", HEAD {info['head'][:10]} + {info['dirty_files_under_src']} changed files under src"
+             if info.get("head") else "") + (")" if snapshot else "")
+          + f", fingerprint {info['fingerprint'][:12]}", flush=True)
     env = tree_env(src, side_dir)
     runs = {}
-    want = lambda name: only_cases is None or only_cases.search(name)  # noqa: E731
+
+    def want(name: str) -> bool:
+        return only_cases is None or bool(only_cases.search(name))
+
     start = time.perf_counter()
     if want("lib-dump"):
         runs["lib-dump"] = run_logged("lib-dump", [sys.executable, str(Path(__file__).resolve()), "--lib-dump",
@@ -187,8 +230,16 @@ def run_side(side: str, src: Path, out: Path, data_dir: str, only_cases: re.Patt
     if side == "new":
         runs.update(run_compat(out, side_dir, env, data_dir, want))
     total = time.perf_counter() - start
-    (side_dir / "runs.json").write_text(json.dumps({"total_seconds": round(total, 1), "runs": runs}, indent=1))
     print(f"{side}: {len(runs)} runs in {total:.0f} s", flush=True)
+    info["fingerprint_at_end"] = fingerprint(Path(info.get("copied_from", src)))
+    (side_dir / "tree.json").write_text(json.dumps(info, indent=1))
+    if info["fingerprint_at_end"] != info["fingerprint"]:
+        print(f"note: {info.get('copied_from', src)} changed during the {side} pass; the pass ran the copy made at "
+              f"its start" if snapshot else f"WARNING: {src} changed during the {side} pass: its runs may mix "
+              "versions; rerun it", flush=True)
+    runs = {**earlier.get("runs", {}), **runs}
+    (side_dir / "runs.json").write_text(json.dumps({"total_seconds": round(sum(r["seconds"] for r in runs.values()), 1),
+                                                    "runs": runs}, indent=1))
     return True
 
 
@@ -210,12 +261,15 @@ def run_compat(out: Path, side_dir: Path, env: dict, data_dir: str, want) -> dic
     cases = train_cases(data_dir)
     for name, (copied, trials, _) in COMPAT_RESUME.items():
         if want(name):
+            if (side_dir / name).exists():
+                shutil.rmtree(side_dir / name)
             if (old / copied).is_dir():
                 shutil.copytree(old / copied, side_dir / name)
             args = list(cases[copied])
             args[args.index("--trials") + 1] = trials
             args.remove("-q")  # the "resuming ..." line is an info message
-            runs[name] = run_logged(name, gbpn_cmd("train", *args, "--output", str(side_dir / name)), env, side_dir)
+            runs[name] = run_logged(name, gbpn_cmd("train", *args, "--output", str(side_dir / name)), env, side_dir,
+                                    fresh=False)
     return runs
 
 
@@ -231,14 +285,14 @@ def lib_dump(out_dir: str) -> None:
     import gbpn
     from gbpn import GBPN, BeliefPropagation
 
-    tensors, errors = {}, {}
+    tensors, errors, kernels = {}, {}, {}
 
     def record(name, fn):
         try:
             for key, value in fn().items():
                 if value is not None:
                     tensors[f"{name}/{key}"] = value.detach().clone().cpu()
-        except Exception as exc:  # a call one tree refuses is itself a difference
+        except Exception as exc:  # noqa: BLE001  (a call one tree refuses is itself a difference)
             errors[name] = f"{type(exc).__name__}: {exc}"
 
     def graph(n, avg_degree, seed, shuffled):
@@ -263,12 +317,14 @@ def lib_dump(out_dir: str) -> None:
         a = torch.rand(c, c, generator=g, dtype=torch.float64)
         return torch.exp(1.5 * (a + a.T)).to(dtype)
 
-    def bp_call(n, ei, c, dtype, seed, *, known=False, ew=False, mw=False, damping=0.0, backward="unroll",
-                steps=5, kernel=None, grad=True, residuals=False, messages=False, edge_chunk=None):
+    def bp_call(name, n, ei, c, dtype, seed, *, known=False, ew=False, mw=False, damping=0.0, backward="unroll",
+                steps=5, tol=None, kernel=None, grad=True, residuals=False, messages=False, edge_chunk=None):
         def fn():
             g = torch.Generator().manual_seed(seed)
             log_self = torch.randn(n, c, generator=g, dtype=torch.float64).to(dtype).requires_grad_(grad)
             init = {"kernel": kernel} if kernel else {}
+            if tol is not None:
+                init["tol"] = tol
             bp = BeliefPropagation(c, steps, damping=damping, coupling_init=coupling(c, seed, dtype),
                                    backward=backward, **init).to(dtype)
             kw = {}
@@ -286,6 +342,7 @@ def lib_dump(out_dir: str) -> None:
             weight = symmetric_weight(ei, dtype) if ew else None
             with torch.enable_grad() if grad else torch.no_grad():
                 out = bp(log_self, ei, weight, **kw)
+            kernels[name] = {a: str(getattr(bp, a)) for a in ("last_kernel", "last_backend") if hasattr(bp, a)}
             outs = out if isinstance(out, tuple) else (out,)
             res = {"beliefs": outs[0]}
             if residuals:
@@ -300,6 +357,9 @@ def lib_dump(out_dir: str) -> None:
             return res
         return fn
 
+    def bp_record(name, *args, **kwargs):
+        record(name, bp_call(name, *args, **kwargs))
+
     for dtype in (torch.float32, torch.float64):
         dt = str(dtype).replace("torch.", "")
         for c in (2, 3, 9):
@@ -307,26 +367,26 @@ def lib_dump(out_dir: str) -> None:
                 n, seed = 300, 100 * c + (order == "shuffled")
                 ei = graph(n, 6, seed, order == "shuffled")
                 p = f"bp-{dt}/c{c}/{order}"
-                record(f"{p}/unroll", bp_call(n, ei, c, dtype, seed))
-                record(f"{p}/unroll-known", bp_call(n, ei, c, dtype, seed, known=True))
-                record(f"{p}/unroll-known-ew-mw-damped", bp_call(n, ei, c, dtype, seed, known=True, ew=True, mw=True,
-                                                                 damping=0.3))
-                record(f"{p}/unroll-known-eager", bp_call(n, ei, c, dtype, seed, known=True, kernel="eager"))
-                record(f"{p}/implicit-known", bp_call(n, ei, c, dtype, seed, known=True, backward="implicit",
-                                                      steps=50))
-                record(f"{p}/implicit-ew", bp_call(n, ei, c, dtype, seed, ew=True, backward="implicit", steps=50))
-                record(f"{p}/infer-known", bp_call(n, ei, c, dtype, seed, known=True, grad=False, residuals=True,
-                                                   messages=True))
-                record(f"{p}/infer-chunked", bp_call(n, ei, c, dtype, seed, known=True, grad=False, edge_chunk=97))
-                record(f"{p}/infer-damped-tol", bp_call(n, ei, c, dtype, seed, grad=False, damping=0.5, steps=20,
-                                                        residuals=True))
+
+                def call(name, p=p, n=n, ei=ei, c=c, dtype=dtype, seed=seed, **kw):
+                    bp_record(f"{p}/{name}", n, ei, c, dtype, seed, **kw)
+
+                call("unroll")
+                call("unroll-known", known=True)
+                call("unroll-known-ew-mw-damped", known=True, ew=True, mw=True, damping=0.3)
+                call("unroll-known-eager", known=True, kernel="eager")
+                call("implicit-known", known=True, backward="implicit", steps=50)
+                call("implicit-ew", ew=True, backward="implicit", steps=50)
+                call("infer-known", known=True, grad=False, residuals=True, messages=True)
+                call("infer-chunked", known=True, grad=False, edge_chunk=97)
+                call("infer-damped-tol", grad=False, damping=0.5, steps=20, tol=1e-3, residuals=True)
     # past the fused kernels' renumbering threshold (2^16 nodes at 2cbaa7b)
     big = graph(70_000, 4, 7, True)
     for dtype in (torch.float32, torch.float64):
         dt = str(dtype).replace("torch.", "")
         for c in (2, 3):
-            record(f"large-{dt}/c{c}/unroll-known", bp_call(70_000, big, c, dtype, 7 + c, known=True))
-            record(f"large-{dt}/c{c}/infer", bp_call(70_000, big, c, dtype, 7 + c, grad=False))
+            bp_record(f"large-{dt}/c{c}/unroll-known", 70_000, big, c, dtype, 7 + c, known=True)
+            bp_record(f"large-{dt}/c{c}/infer", 70_000, big, c, dtype, 7 + c, grad=False)
 
     def gbpn_call(dtype, potential, known, backward, c=4, n=400, features=24, seed=5):
         def fn():
@@ -373,7 +433,7 @@ def lib_dump(out_dir: str) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.save(tensors, out / "lib.pt")
-    (out / "lib.json").write_text(json.dumps({"errors": errors, "gbpn_file": os.path.realpath(gbpn.__file__),
+    (out / "lib.json").write_text(json.dumps({"errors": errors, "kernels": kernels, "gbpn_file": os.path.realpath(gbpn.__file__),
                                               "count": len(tensors)}, indent=1))
     print(f"{len(tensors)} tensors, {len(errors)} calls raised", file=sys.stderr)
 
@@ -443,7 +503,8 @@ def compare_values(a, b, path: str) -> int:
                                != np.ascontiguousarray(bv).view(np.uint8).reshape(bv.size, -1)).any(1))[0]
             i = int(rows[0])
             idx = np.unravel_index(i, a.shape) if a.ndim else ()
-            raise Diff(f"{path}{list(map(int, idx))}: {av[i]!r} vs {bv[i]!r} ({rows.size} of {a.size} differ)")
+            raise Diff(f"{path}{list(map(int, idx))}: {av[i].item()!r} vs {bv[i].item()!r} "
+                       f"({rows.size} of {a.size} differ)")
         return int(a.size)
     if type(a) is not type(b):
         raise Diff(f"{path}: {a!r} ({type(a).__name__}) vs {b!r} ({type(b).__name__})")
@@ -473,7 +534,7 @@ def load_pt(path: Path):
 
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
+    except Exception:  # noqa: BLE001  (a pickled object the safe loader refuses)
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
@@ -547,6 +608,18 @@ def compare_lib(old: Path, new: Path) -> list:
         except Diff as d:
             diff = str(d)
         rows.append((group, n, diff))
+    ka = json.loads((old / "lib.json").read_text()).get("kernels", {})
+    kb = json.loads((new / "lib.json").read_text()).get("kernels", {})
+    moved = [k for k in ka if any(kb.get(k, {}).get(attr, v) != v for attr, v in ka[k].items())]
+    if moved:
+        print(f"note: {len(moved)} BP calls report another kernel, e.g. {moved[0]}: {ka[moved[0]]} -> "
+              f"{kb.get(moved[0])}")
+    for side, kernels in (("old", ka), ("new", kb)):
+        used: dict = {}
+        for attrs in kernels.values():
+            name = attrs.get("last_backend", attrs.get("last_kernel"))
+            used[name] = used.get(name, 0) + 1
+        print(f"library calls by kernel ({side}): {', '.join(f'{k} {v}' for k, v in sorted(used.items()))}")
     errs = sorted(set(ea) & set(eb))
     if errs:
         print(f"note: {len(errs)} library calls raised alike in both trees, e.g. {errs[0]}: {ea[errs[0]][:120]}")
@@ -557,7 +630,10 @@ def compare(out: Path, data_dir: str, strict_config: bool, only_cases: re.Patter
     old, new = out / "old", out / "new"
     runs_old = json.loads((old / "runs.json").read_text())["runs"] if (old / "runs.json").is_file() else {}
     runs_new = json.loads((new / "runs.json").read_text())["runs"] if (new / "runs.json").is_file() else {}
-    want = lambda name: only_cases is None or only_cases.search(name)  # noqa: E731
+
+    def want(name: str) -> bool:
+        return only_cases is None or bool(only_cases.search(name))
+
     rows, info_rows = [], []
 
     def failed(*pairs) -> str | None:
@@ -616,7 +692,8 @@ def compare(out: Path, data_dir: str, strict_config: bool, only_cases: re.Patter
     def table(title, body):
         print(f"\n{title}\n\n| case | numbers compared | equal | first difference |\n|---|---:|---|---|")
         for name, n, diff in body:
-            print(f"| {name} | {n} | {'yes' if diff is None else 'NO'} | {'' if diff is None else diff} |")
+            print(f"| {name} | {n if diff is None else '-'} | {'yes' if diff is None else 'NO'} | "
+                  f"{'' if diff is None else diff.replace('|', '/')} |")
 
     table("Compared bit for bit (old vs new):", rows)
     table("config.json (reported" + (", counted" if strict_config else " only: its layout may change") + "):",
@@ -644,6 +721,9 @@ def main() -> int:
     ap.add_argument("--data-dir", default=os.environ.get("GBPN_SAME_DATA", DEFAULT_DATA))
     ap.add_argument("--cases", type=re.compile, help="only the cases whose name matches this regex (debugging)")
     ap.add_argument("--strict-config", action="store_true", help="config.json differences count as differences")
+    ap.add_argument("--no-snapshot", dest="snapshot", action="store_false",
+                    help="run each tree in place (default: from a copy in OUT/<side>/src made when its pass starts, "
+                         "so that edits during the pass do not mix versions)")
     ap.add_argument("--lib-dump", metavar="DIR", help=argparse.SUPPRESS)  # internal: run under a tree's PYTHONPATH
     args = ap.parse_args()
     if args.lib_dump:
@@ -655,7 +735,7 @@ def main() -> int:
     if args.only in (None, "old"):
         if args.old is None:
             ap.error("--old is required")
-        if not run_side("old", args.old.resolve(), out, args.data_dir, args.cases):
+        if not run_side("old", args.old.resolve(), out, args.data_dir, args.cases, args.snapshot):
             return 3
     if args.only in (None, "new"):
         if args.new is None:
@@ -663,7 +743,7 @@ def main() -> int:
         if not (out / "old" / "runs.json").is_file():
             print(f"no old pass in {out / 'old'}: run --only old first", file=sys.stderr)
             return 2
-        if not run_side("new", args.new.resolve(), out, args.data_dir, args.cases):
+        if not run_side("new", args.new.resolve(), out, args.data_dir, args.cases, args.snapshot):
             return 3
     return compare(out, args.data_dir, args.strict_config, args.cases) if args.only != "old" else 0
 
