@@ -39,9 +39,9 @@ class TriangleFactor(nn.Module):
 
     symmetric and positive for every :math:`V`, with :math:`R c` numbers; BP then never forms a
     :math:`c^3` tensor (:func:`gbpn.bp.motifs.triangle_message_cp` costs :math:`O(R c)` per message).
-    The default for :math:`c \ge` :data:`CP_FROM_CLASSES` (:func:`default_form`). Every positive
-    symmetric :math:`T` of nonnegative CP rank :math:`\le R` is reachable; the constant :math:`T` (no
-    interaction) is rank 1.
+    The default for :math:`c \ge` :data:`CP_FROM_CLASSES` (:func:`default_form`). The factors are
+    strictly positive, so a symmetric :math:`T` of nonnegative CP rank :math:`\le R` is approached (zeros
+    as :math:`V \to -\infty`), not always reached; the constant :math:`T` (no interaction) is rank 1.
 
     BP normalises its messages, so :math:`T` and :math:`aT` (:math:`a > 0`) give identical beliefs;
     :meth:`normalized` removes that scale (mean of :math:`\log T` set to 0).
