@@ -59,20 +59,24 @@ def child(reps: int) -> None:
 def run(src: str, reps: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(src))
     proc = subprocess.run([sys.executable, __file__, "--child", "--reps", str(reps)], env=env, capture_output=True,
-                          text=True, check=True)
+                          text=True)
+    if proc.returncode:
+        sys.exit(f"the {src} process failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", required=True, help="the baseline tree's src folder")
-    ap.add_argument("--new", required=True, help="the tree under test's src folder")
+    ap.add_argument("--old", help="the baseline tree's src folder")
+    ap.add_argument("--new", help="the tree under test's src folder")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.reps)
+    if not (args.old and args.new):
+        ap.error("give --old and --new")
     ratios, olds, news = {}, {}, {}
     for r in range(args.rounds):
         order = ("old", "new") if r % 2 == 0 else ("new", "old")
