@@ -29,7 +29,8 @@ from gbpn.data.splits import random_split
 from gbpn.train.metrics import accuracy
 from gbpn.nn import GBPN
 from gbpn.graph.csr import CSRGraph
-from gbpn.train.fit import model_args, predict, tree_epochs
+from gbpn.train.fit import model_args, predict
+from gbpn.train.minibatch import tree_epochs
 from gbpn.data.features import prepare_features
 
 DTYPES = {"chunked": None, "pairs-fp32": torch.float32, "pairs-fp16": torch.float16, "pairs-bf16": torch.bfloat16}

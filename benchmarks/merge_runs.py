@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gbpn.train.config import TrainConfig
 from gbpn.experiments.benchmark import _table, potential_table
-from gbpn.train.fit import auto_candidates, candidate_name
+from gbpn.train.auto import auto_candidates, candidate_name
 from gbpn.io import atomic_write
 
 

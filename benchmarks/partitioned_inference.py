@@ -73,7 +73,8 @@ def prepare(args: argparse.Namespace) -> None:
     from gbpn.data.splits import random_split
     from gbpn.nn import GBPN
     from gbpn.graph.csr import CSRGraph
-    from gbpn.train.fit import model_args, tree_epochs
+    from gbpn.train.fit import model_args
+    from gbpn.train.minibatch import tree_epochs
     from gbpn.data.features import prepare_features
 
     torch.set_num_threads(args.threads)

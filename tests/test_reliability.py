@@ -340,7 +340,7 @@ def test_values_beyond_meaning_are_usage_errors(tmp_path, args, message, capsys,
 
 
 def test_training_that_diverges_says_so(graph, tmp_path, capsys, caplog):
-    from gbpn.train.fit import train_with_selection
+    from gbpn.train.loop import train_with_selection
 
     # diverged after some epochs: stopped there, the best epoch before it kept, and said
     model = torch.nn.Linear(2, 2)

@@ -136,7 +136,7 @@ def test_graph_potentials_refuse_mini_batches(potential):
 
 
 def test_selection_takes_the_best_validation_score():
-    from gbpn.train.fit import select_by_validation
+    from gbpn.train.auto import select_by_validation
 
     assert select_by_validation([0.8, 0.7, float("nan")]) == 0  # NaN never wins
     assert select_by_validation([0.7, 0.7]) == 0  # ties: the earlier (simpler) candidate
@@ -296,7 +296,7 @@ def test_an_undefined_validation_roc_auc_selects_on_accuracy(caplog):
 
 
 def test_auto_candidates_fall_back_to_accuracy_where_no_validation_roc_auc_is_defined():
-    from gbpn.train.fit import select_candidate
+    from gbpn.train.auto import select_candidate
 
     rows = [{"val_roc_auc": None, "val_accuracy": 0.6}, {"val_roc_auc": float("nan"), "val_accuracy": 0.8}]
     assert select_candidate(rows, "roc_auc") == 1

@@ -480,7 +480,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             backward=args.backward, tol=args.tol, max_steps=args.max_steps,
         )
     if rank_and_world()[1] > 1:
-        from gbpn.train.fit import check_data_parallel
+        from gbpn.train.minibatch import check_data_parallel
 
         check_data_parallel(config)
     name = dataset_name(dataset)

@@ -18,7 +18,7 @@ PyG's:
   the paper's setting is 4 heads x 64 units in the hidden layer and one head at the output.
 
 Inputs may be dense or sparse COO (bag-of-words features, see
-:func:`gbpn.train.fit.prepare_features`); the first layer then never densifies them.
+:func:`gbpn.data.features.prepare_features`); the first layer then never densifies them.
 GCN and SAGE also take the graph as a sparse ``adj_t``
 (:func:`gbpn.graph.adjacency.csr_adjacency`) instead of ``edge_index``, which is
 much faster on CPU.

@@ -32,7 +32,7 @@ from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.sampling.neighbor import in_edges, sample_subgraph
 from gbpn.graph.csr import CSRGraph
-from gbpn.train.fit import optimizer_step, train_with_selection
+from gbpn.train.loop import optimizer_step, train_with_selection
 from gbpn.data.features import prepare_features
 from gbpn.graph.partition import induced_subgraph, metis_clusters
 
@@ -76,7 +76,7 @@ def fit_large_baseline(
 ) -> Dict[str, float]:
     """Train one of :data:`LARGE_BASELINES` with mini-batches; keep the best validation epoch.
 
-    Returns the metrics of :func:`gbpn.train.fit.train_with_selection` plus ``baseline``.
+    Returns the metrics of :func:`gbpn.train.loop.train_with_selection` plus ``baseline``.
     """
     key = name.lower()
     if key not in LARGE_BASELINES:

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from gbpn.train.metrics import accuracy, score
 from gbpn.models.mlp import dropout as _dropout
-from gbpn.train.fit import optimizer_step, train_with_selection
+from gbpn.train.loop import optimizer_step, train_with_selection
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
@@ -60,7 +60,7 @@ def train_full_batch(
     metric: str = "accuracy",
 ) -> Tuple[Dict[str, float], Tensor]:
     """Full-batch AdamW on the NLL of the training nodes; keep the best validation epoch
-    (by ``metric``, see :func:`gbpn.train.fit.train_with_selection`).
+    (by ``metric``, see :func:`gbpn.train.loop.train_with_selection`).
 
     Args:
         model: the network; its parameters are optimised and, at the end, reset

@@ -34,7 +34,8 @@ from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
-from gbpn.train.fit import TrialResult, auto_candidates, candidate_name, candidate_record, fit, select_candidate
+from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
+from gbpn.train.fit import TrialResult, fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
@@ -126,7 +127,7 @@ def auto_members(model: str, batch_size: Optional[int] = None) -> Optional[List[
 
 def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) -> Dict:
     """The metrics of an auto run from its candidates' rows (same seed and split): the candidate
-    with the best validation ``metric`` (:func:`~gbpn.train.fit.select_candidate`), its name as
+    with the best validation ``metric`` (:func:`~gbpn.train.auto.select_candidate`), its name as
     ``potential``, and every candidate's scores as ``<candidate>__<score>`` columns."""
     pick = select_candidate(rows, metric)
     skip = ("dataset", "model", "trial", "seed", "split", "seconds", "imported")

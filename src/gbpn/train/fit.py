@@ -1,42 +1,33 @@
-"""Training loops of GBPN / GBPN-I: full batch and on sampled trees (paper 2.2-2.4, 3.3, appendix A.2).
+"""Training GBPN / GBPN-I (paper 2.2-2.4, 3.3, appendix A.2): :func:`fit` one model, :func:`predict` with it.
 
-The configuration lives in :mod:`gbpn.train.config`, the objective in :mod:`gbpn.train.objective` and the
-scores in :mod:`gbpn.train.metrics`.
+The configuration lives in :mod:`gbpn.train.config`, the objective in :mod:`gbpn.train.objective`, the
+scores in :mod:`gbpn.train.metrics`, the epoch loop with model selection in :mod:`gbpn.train.loop`,
+sampled-tree epochs in :mod:`gbpn.train.minibatch` and ``--potential auto`` in :mod:`gbpn.train.auto`.
 """
 from __future__ import annotations
 
-import copy
 import logging
-import math
 import time
-from dataclasses import replace
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
-from gbpn.train.config import TrainConfig, default_dropout, resolve_device
+from gbpn.data.features import prepare_features
 from gbpn.data.graph import as_training_graph, clean_graph
 from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.io import score_or_nan
-from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold, score
-from gbpn.bp.layer import BeliefPropagation, warm_up
 from gbpn.models.encoders import GraphInput
 from gbpn.models.gbpn import GBPN
-from gbpn.bp.numerics import REFUSE
-from gbpn.bp.validation import NonFinitePotentialError
-from gbpn.data.features import prepare_features
-from gbpn.train.objective import (
-    balanced_class_weight,
-    degree_temperature,
-    empirical_coupling,
-    marginal_nll,
-)
+from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
+from gbpn.train.config import TrainConfig, default_dropout, resolve_device
+from gbpn.train.loop import optimizer_step, train_with_selection
+from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold
+from gbpn.train.minibatch import check_data_parallel, data_parallel_epochs, tree_epochs
+from gbpn.train.objective import balanced_class_weight, degree_temperature, empirical_coupling, marginal_nll
 
 logger = logging.getLogger("gbpn")
 
@@ -55,119 +46,6 @@ def feature_dtype(model: torch.nn.Module) -> torch.dtype:
     for ``precision="bf16"``, whose master weights are float32)."""
     param = next(model.parameters(), None)
     return param.dtype if param is not None and param.is_floating_point() else torch.float32
-
-
-def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
-    return float(loss.detach())
-
-
-def train_with_selection(
-    model: torch.nn.Module,
-    train_epoch: Callable[[int], float],
-    evaluate: Callable[[int], Tensor],
-    y: Tensor,
-    masks: Tuple[Tensor, Tensor, Tensor],
-    epochs: int,
-    progress: bool = False,
-    desc: str = "train",
-    patience: Optional[int] = None,
-    metric: str = "accuracy",
-) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
-    """The loop shared by GBPN and the baselines: ``train_epoch(epoch)`` takes the epoch's
-    optimiser step(s) in train mode and returns its loss, then ``evaluate(epoch)`` (eval mode,
-    no grad) gives ``[N, c]`` scores.
-    The parameters of the epoch with the highest validation ``metric`` (see
-    :func:`gbpn.train.metrics.score`) are restored at the end (ties keep the earlier epoch). With
-    ``patience``, training stops once that many epochs in a row bring no higher validation score
-    (``epochs`` is then a ceiling).
-
-    Returns the best epoch's metrics (``train/val/test_accuracy``, the same for ``metric`` when
-    it is not accuracy, ``best_epoch``, ``train_seconds``), its evaluation output and the
-    per-epoch history.
-    """
-    train_mask, val_mask, test_mask = masks
-    select = metric
-    if metric == "roc_auc" and y[val_mask].unique().numel() == 1:
-        select = "accuracy"  # NaN every epoch would keep the first epoch, whatever it scores
-        logger.warning(f"{desc}: the validation nodes hold one class, so their ROC AUC is undefined: epochs are "
-                       "selected on validation accuracy")
-    key = f"val_{select}"
-    best: Dict[str, float] = {key: -math.inf}
-    best_state, best_out = None, None
-    history: List[Dict[str, float]] = []
-    bp = getattr(model, "bp", None)
-    if isinstance(bp, BeliefPropagation) and bp.coupling.log_H.device.type == "cpu":
-        warm_up(bp.num_classes)  # the CPU kernels' one-time load is not training time
-    start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
-    diverged_at = None
-    for epoch in bar:
-        why = None
-        try:
-            model.train()
-            loss = train_epoch(epoch)
-            if not math.isfinite(loss):
-                why = diverged(model) or f"the loss is {loss}"
-            else:
-                model.eval()
-                with torch.no_grad():
-                    out = evaluate(epoch)
-                if bool((out.isnan() | out.isposinf()).any()):  # a NaN model must not become the best epoch
-                    why = diverged(model) or "its output holds NaN or inf"  # (-inf, log 0, is a clamp's)
-        except ValueError as err:  # the layers' input checks see a NaN potential or a coupling out of range
-            # features were checked finite before training, so a non-finite potential is the weights'
-            why = diverged(model) or ("the encoder's output overflowed" if isinstance(err, NonFinitePotentialError)
-                                      else None)
-            if why is None:
-                raise
-        if why is not None:
-            advice = "lower the learning rate: lr (--lr), or coupling_lr (--coupling-lr) where the coupling ran away"
-            if best_state is None:
-                raise GBPNError(f"{desc}: training diverged at epoch {epoch + 1} ({why}); {advice}")
-            logger.warning(f"{desc}: training diverged at epoch {epoch + 1} ({why}): stopped there, keeping the best "
-                           f"epoch before it ({best['epoch'] + 1}); {advice}")
-            diverged_at = epoch + 1
-            break
-        row = {"epoch": epoch, "loss": loss}
-        for name in dict.fromkeys(("accuracy", metric)):
-            for split, mask in zip(("train", "val", "test"), masks):
-                row[f"{split}_{name}"] = score(name, out, y, mask)
-        history.append(row)
-        if row[key] > best[key] or best_state is None:
-            best, best_out = dict(row), out
-            best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row[key]:.3f}", best=f"{best[key]:.3f}")
-        if patience is not None and epoch - best["epoch"] >= patience:
-            break
-    bar.close()
-    metrics = {k: v for k, v in best.items() if k not in ("epoch", "loss")}
-    metrics.update(best_epoch=best["epoch"], epochs_run=len(history), train_seconds=time.perf_counter() - start)
-    if metric != "accuracy":
-        metrics["metric"] = metric
-    if select != metric:
-        metrics["selected_on"] = select
-    if diverged_at is not None:
-        metrics["diverged_at"] = diverged_at
-    model.load_state_dict(best_state)
-    return metrics, best_out, history
-
-
-def diverged(model: torch.nn.Module) -> Optional[str]:
-    """Why ``model``'s parameters can no longer be trained or evaluated (NaN or inf weights, a BP
-    coupling spread beyond what float32 messages compute), or ``None``."""
-    for name, p in model.named_parameters():
-        if not bool(torch.isfinite(p.detach()).all()):
-            return f"{name} holds NaN or inf"
-    coupling = getattr(getattr(model, "bp", None), "coupling", None)
-    if coupling is not None:
-        log_H = coupling.log_H.detach()
-        spread = float(log_H.max() - log_H.min())
-        if spread > REFUSE.get(log_H.dtype, math.inf):
-            return f"log H spans {spread:.0f}"
-    return None
 
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float,
@@ -260,127 +138,6 @@ def predict(
         num_steps=num_steps,
         edge_chunk=edge_chunk,
     )
-
-
-def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
-                 config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
-                 class_weight: Optional[Tensor] = None, sampler=None, graph=None,
-                 max_batches: Optional[int] = None, shard: Optional[Tuple[int, int, torch.Generator]] = None
-                 ) -> Callable[[int], float]:
-    """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
-
-    Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
-    wherever it appears in a tree) and the other half are the targets. Every batch of
-    targets becomes a forest of trees of depth ``num_hops`` with at most ``fanout``
-    children per node, and BP runs ``num_hops`` steps on it (exact on a tree). Roots are
-    never clamped. The degree temperature uses each root's number of sampled neighbours,
-    the count its belief actually aggregates.
-
-    With an :class:`~gbpn.sampling.importance.Exp3Sampler` (built on ``sampler.graph``, the
-    CSR form of ``data.edge_index``) neighbours are drawn from its distributions, messages
-    carry importance weights, and the sampler learns from the messages every batch and
-    updates at the end of each epoch.
-
-    ``graph`` (a :class:`~gbpn.sampling.CSRGraph`) saves building one from
-    ``data.edge_index``; ``max_batches`` caps the batches per epoch (for benchmarks).
-
-    ``shard = (rank, world, shared)`` is data-parallel training: the epoch's order and evidence
-    half come from ``shared`` (seeded alike on every rank), each rank takes every ``world``-th
-    target (the same count on all, so all take the same number of steps) and samples its trees
-    with its own ``gen``; a batch is then ``batch_size`` targets per rank.
-    """
-    from gbpn.sampling import sample_tree
-    from gbpn.graph.csr import CSRGraph
-
-    if graph is None:
-        graph = sampler.graph if sampler is not None else CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
-    hops = config.num_hops or config.num_steps
-    steps = None if config.backward == "implicit" else hops  # implicit: to convergence (exact on a tree)
-    y = data.y
-    device = x.device  # trees are sampled on the CPU; each batch moves to the model's device
-
-    def epoch_fn(epoch: int) -> float:
-        perm = train_idx[torch.randperm(train_idx.numel(), generator=gen if shard is None else shard[2])]
-        known = torch.zeros(data.num_nodes, dtype=torch.bool)
-        if transductive:
-            known[perm[: perm.numel() // 2]] = True
-            perm = perm[perm.numel() // 2 :]
-        if shard is not None:
-            rank, world, _ = shard
-            perm = perm[rank::world][: perm.numel() // world]
-        losses = []
-        for b, start in enumerate(range(0, perm.numel(), config.batch_size)):
-            if max_batches is not None and b >= max_batches:
-                break
-            targets = perm[start : start + config.batch_size]
-            tree = sample_tree(graph, targets, hops, config.fanout, gen,
-                               probs=None if sampler is None else sampler.probs)
-            known_t = known[tree.node_map]
-            known_t[: tree.batch_size] = False
-            weight = tree.message_weight()
-            out = model(x.index_select(0, tree.node_map.to(device)), tree.edge_index.to(device),
-                        rev_index=tree.rev_index.to(device), known_labels=y[tree.node_map].to(device),
-                        known_mask=known_t.to(device), num_steps=0 if epoch < warmup_epochs else steps,
-                        message_weight=None if weight is None else weight.to(device),
-                        return_messages=sampler is not None)
-            if sampler is not None:
-                out, log_msg = out
-                sampler.observe(tree, log_msg)
-            out = out[: tree.batch_size]
-            alpha = None
-            if config.degree_weight:
-                children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
-                alpha = children.clamp_min(1).float().pow(-0.5)
-            alpha = None if alpha is None else alpha.to(device)
-            losses.append(optimizer_step(opt, marginal_nll(out, y[targets].to(device), alpha, class_weight)))
-        if sampler is not None:
-            sampler.end_epoch()
-        return sum(losses) / max(len(losses), 1)
-
-    return epoch_fn
-
-
-def auto_candidates(config: TrainConfig) -> List[TrainConfig]:
-    """The configurations ``--potential auto`` compares (:data:`gbpn.models.encoders.AUTO_CANDIDATES`);
-    with ``batch_size`` only those that train on sampled trees."""
-    from gbpn.models.encoders import AUTO_CANDIDATES
-
-    out = []
-    for cand in AUTO_CANDIDATES:
-        if config.batch_size is not None and cand["potential"] not in ("mlp", "sign"):
-            continue
-        out.append(replace(config, potential=cand["potential"], separate=cand.get("separate", True)))
-    return out
-
-
-def candidate_name(config: TrainConfig) -> str:
-    """``mlp``, ``sign``, ``sign-mixed``, ``sage``, ...: an encoder and whether its channels are separate."""
-    mixed = config.potential != "mlp" and not config.separate
-    return config.potential + ("-mixed" if mixed else "")
-
-
-def select_by_validation(val_scores: Sequence[float]) -> int:
-    """Index of the best validation score (ties: the earlier, i.e. simpler, candidate; NaN never
-    wins). Only validation scores are passed in: test labels never take part."""
-    # NaN (e.g. one class in validation; null once read back from JSON) never wins
-    vals = [v if v == v else -math.inf for v in map(score_or_nan, val_scores)]
-    return max(range(len(vals)), key=lambda i: (vals[i], -i))
-
-
-def select_candidate(rows: Sequence[Dict], metric: str) -> int:
-    """Index of the candidate run with the best validation ``metric``; on validation accuracy where
-    no candidate's is defined (ROC AUC of a validation split holding one class), as their epochs were."""
-    scores = [score_or_nan(r.get(f"val_{metric}")) for r in rows]
-    if all(v != v for v in scores):
-        scores = [r.get("val_accuracy") for r in rows]
-    return select_by_validation(scores)
-
-
-def candidate_record(name: str, metrics: Dict, metric: str) -> Dict:
-    """What an auto run records of one candidate: its name, validation and test scores (for the
-    report; the choice reads validation only)."""
-    keys = dict.fromkeys((f"val_{metric}", "val_accuracy", f"test_{metric}", "test_accuracy"))
-    return {"potential": name, **{k: metrics[k] for k in keys}}
 
 
 def fit(
@@ -513,7 +270,7 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
             train_epoch = tree_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
                                       warmup_epochs, gen, cw, sampler)
         else:
-            train_epoch = _data_parallel_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
+            train_epoch = data_parallel_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
                                                 warmup_epochs, seed, cw, device)
     if on_epoch is not None:
         inner = train_epoch
@@ -551,39 +308,3 @@ def parameter_digest(model: torch.nn.Module) -> str:
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-
-
-def check_data_parallel(config: TrainConfig) -> None:
-    """What data-parallel training (under ``torchrun``) supports, checked before anything runs."""
-    if config.batch_size is None:
-        raise GBPNError("training under torchrun is data-parallel on sampled trees: give --batch-size "
-                        "(full-batch training has one batch, nothing to split across processes)")
-    if config.sampler == "exp3":
-        raise GBPNError("the Exp3 sampler learns per process; train it in one process (without torchrun)")
-
-
-def _data_parallel_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
-                          config: TrainConfig, warmup_epochs: int, seed: int, class_weight: Optional[Tensor],
-                          device: torch.device) -> Callable[[int], float]:
-    """:func:`tree_epochs` for one rank of ``torchrun``: gradients averaged over ranks by
-    ``DistributedDataParallel`` (gloo on CPU, NCCL on GPU), so every rank keeps the same parameters;
-    the epoch loss is the mean over ranks."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    rank, world = rank_and_world()
-    # unused parameters: the coupling during warm-up epochs without BP
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                  find_unused_parameters=warmup_epochs > 0)
-    shared = torch.Generator().manual_seed(seed + 1)  # the epoch's order and evidence, alike on every rank
-    own = torch.Generator().manual_seed(seed + 1 + 7919 * (rank + 1))  # this rank's trees
-    torch.manual_seed(seed + 7919 * (rank + 1))  # this rank's dropout; the initial parameters came before
-    epoch_fn = tree_epochs(ddp, opt, data, x, train_idx, transductive, config, warmup_epochs, own, class_weight,
-                           shard=(rank, world, shared))
-
-    def mean_over_ranks(epoch: int) -> float:
-        loss = torch.tensor([epoch_fn(epoch)], dtype=torch.float64, device=device)  # NCCL reduces on the GPU
-        dist.all_reduce(loss)
-        return float(loss) / world
-
-    return mean_over_ranks
