@@ -23,6 +23,13 @@ def _umask() -> int:
     return mask
 
 
+def cannot_write(path: Path, err: OSError, what: str = "output path") -> GBPNError:
+    """The error for ``path`` that cannot be created: a read-only folder, a file where a folder should be."""
+    file = next((p for p in path.parents if p.is_file()), None)
+    why = f"{file} is a file, not a folder" if file is not None else err.strerror or err
+    return GBPNError(f"cannot write {path}: {why}; choose another {what}")
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:
     """Write through ``write(fileobj)`` into a temporary file beside ``path``, then rename.
 
@@ -33,9 +40,7 @@ def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w"
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:  # a read-only folder, a file where a folder should be, a full disk
-        file = next((p for p in path.parents if p.is_file()), None)
-        why = f"{file} is a file, not a folder" if file is not None else err.strerror or err
-        raise GBPNError(f"cannot write {path}: {why}; choose another output path") from None
+        raise cannot_write(path, err) from None
     try:
         with os.fdopen(fd, mode) as fh:
             write(fh)
@@ -122,10 +127,23 @@ def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
-def save_figure(fig: Any, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> None:
-    """Save a matplotlib figure as ``stem.png`` and ``stem.svg`` (atomically) and close it."""
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the file-only Agg backend, imported here, where a figure is drawn: matplotlib is
+    the ``analysis`` extra's, and without it a :class:`GBPNError` says how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise GBPNError("drawing figures needs matplotlib, which is not installed: pip install 'gbpn[analysis]'") \
+            from None
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig: Any, stem: str | Path, formats: Sequence[str] = ("png", "svg")) -> None:
+    """Save a matplotlib figure as ``stem.png`` and ``stem.svg`` (atomically) and close it."""
+    plt = pyplot()
     for ext in formats:
         atomic_write(Path(f"{stem}.{ext}"), lambda fh: fig.savefig(fh, format=ext, dpi=120), mode="wb")
     plt.close(fig)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.io import atomic_write, save_figure
+from gbpn.io import atomic_write, pyplot, save_figure
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict
 from gbpn.data.features import prepare_features
@@ -92,10 +92,7 @@ def node_layout(data: Data, seed: int = 0) -> Tuple[np.ndarray, str]:
 def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray], method: str,
                      out_dir: str | Path, title: str = "") -> Sequence[Path]:
     """Write convergence.csv, settle_steps.csv and the figure as PNG and SVG into ``out_dir``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out_dir)
     cols = ["step", "residual_mean", "residual_max", "step_change_max", "train_accuracy", "val_accuracy", "test_accuracy"]

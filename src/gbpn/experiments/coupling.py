@@ -15,7 +15,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from gbpn.io import atomic_write
+from gbpn.io import atomic_write, pyplot
 
 
 def centred_log(H: np.ndarray) -> np.ndarray:
@@ -49,10 +49,7 @@ def plot_couplings(
     matrices: Dict[str, np.ndarray], path: str | Path, class_names: Optional[Sequence[str]] = None, suptitle: str = ""
 ) -> None:
     """Heatmaps of one or more couplings side by side (scale removed: mean of log H is 0), one colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     mats = {k: np.exp(centred_log(v)) for k, v in matrices.items()}
     c = next(iter(mats.values())).shape[0]

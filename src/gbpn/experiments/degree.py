@@ -18,7 +18,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.graph.degree import degree
-from gbpn.io import atomic_write, save_figure
+from gbpn.io import atomic_write, pyplot, save_figure
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict
 
@@ -53,10 +53,7 @@ def confidence_by_degree(model: GBPN, data: Data, mask: Tensor, known_mask: Opti
 
 
 def save_degree(result: Dict[str, np.ndarray], out_dir: str | Path, title: str = "") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out_dir)
     cols = ["degree_low", "degree_high", "count", "confidence", "accuracy", "log_likelihood"]

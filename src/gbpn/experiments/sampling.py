@@ -17,7 +17,7 @@ from gbpn.train.config import TrainConfig
 from gbpn.graph.degree import degree
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
-from gbpn.io import save_figure, write_csv
+from gbpn.io import pyplot, save_figure, write_csv
 from gbpn.sampling.importance import variance_ratios
 from gbpn.train.fit import fit, predict
 from gbpn.data.features import prepare_features
@@ -101,10 +101,7 @@ def save_variance_study(result: Dict[str, List[Dict]], out_dir: str | Path, titl
     """Write ``variance.csv``, ``sampler_accuracy.csv`` and ``variance.png``/``.svg``
     (two panels as in appendix Figure 7); return a summary of the last epochs: the mean of
     each ratio where it is defined, NaN where it never is."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out_dir)
     write_csv(out / "variance.csv", result["epochs"])
@@ -176,10 +173,7 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
 def save_subsampling_study(rows: List[Dict], out_dir: str | Path, title: str = "") -> None:
     """Write ``subsampling.csv`` and ``subsampling.png``/``.svg``: log-likelihood and accuracy
     against the maximum number of sampled neighbours, overall and per degree group."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out = Path(out_dir)
     write_csv(out / "subsampling.csv", rows)
