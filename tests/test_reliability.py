@@ -393,7 +393,10 @@ def test_a_hand_edited_config_is_checked_value_by_value(run2, tmp_path, capsys):
         assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "o"), "-q"]) == 2
         assert message in capsys.readouterr().err
     # a config of an older version, without the options added since, takes their defaults
-    older = {k: v for k, v in rec["train"].items() if k not in ("metric", "potential", "layer_norm")}
+    from gbpn.train.config import TrainConfig
+
+    flat = TrainConfig.from_dict(rec["train"]).flat_dict()  # the flat config.json of versions before its parts
+    older = {k: v for k, v in flat.items() if k not in ("metric", "potential", "layer_norm")}
     (tmp_path / "c.json").write_text(json.dumps({**rec, "train": older}))
     assert main(["train", "--config", str(tmp_path / "c.json"), "--output", str(tmp_path / "older"), "-q"]) == 0
     (tmp_path / "c.json").write_text("[1, 2]")

@@ -46,12 +46,14 @@ def test_run_records_the_metric_dropout_and_tree_depth_it_used(tmp_path):
     rec = whole["train"]
     assert rec["device"] == "cpu" and whole["device_used"] == "cpu"
     # the dropout by the rule for 2 features and 24 training nodes
-    assert rec["metric"] == "roc_auc" and rec["dropout"] == pytest.approx(0.3) and rec["num_hops"] == 2
+    assert (rec["evaluation"]["metric"] == "roc_auc" and rec["model"]["dropout"] == pytest.approx(0.3)
+            and rec["sampling"]["num_hops"] == 2)
     metrics = _strict(tmp_path / "a" / "metrics.json")
     assert all("val_roc_auc" in t and "test_roc_auc" in t for t in metrics["trials"])
     # a folder written before these were recorded resolved resumes as the same run
     old = json.loads((tmp_path / "a" / "config.json").read_text())
-    old["train"].update(metric="auto", dropout=None, num_hops=None)
+    old["train"] = {**TrainConfig.from_dict(old["train"]).flat_dict(), "metric": "auto", "dropout": None,
+                    "num_hops": None}  # flat, as config.json was before the config's parts
     del old["device_used"]
     (tmp_path / "a" / "config.json").write_text(json.dumps(old))
     msgs = []

@@ -268,12 +268,15 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
     previous = {"world_size": 1, **read_json(out / "config.json")}  # runs from before world_size was recorded
     if isinstance(previous.get("train"), dict):  # runs from before defaults were recorded resolved
         try:
-            previous["train"] = _resolved(TrainConfig.from_dict(previous["train"]), defaults).to_dict()
+            # by flat names, so that a difference reads as the option (and a flat config.json of an older
+            # version, read into the parts, compares alike)
+            previous["train"] = _resolved(TrainConfig.from_dict(previous["train"]), defaults).flat_dict()
         except GBPNError:  # another version's fields, or hand-edited ones: the comparison below names them
             pass
     ignore = ("trials", "versions", "source", "device_used")  # the same run, wherever its files are read from
+    current = {**run_config, "train": TrainConfig.from_dict(run_config["train"]).flat_dict()}
     differ = _differences({k: v for k, v in previous.items() if k not in ignore},
-                          {k: v for k, v in run_config.items() if k not in ignore})
+                          {k: v for k, v in current.items() if k not in ignore})
     if differ:
         return [], (f"{out} holds a run with another configuration ({'; '.join(differ[:4])}); choose a new --output "
                     "folder, or rerun with the recorded settings (gbpn train --config " f"{out / 'config.json'})")
@@ -281,7 +284,7 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
         done = _finished_trials(metrics_path)
     except GBPNError as err:
         return [], str(err)
-    metric = run_config["train"]["metric"]
+    metric = current["train"]["metric"]
     other = [t["trial"] for t in done if t.get("metric", "accuracy") != metric]
     if other:  # folders from before --metric auto was one choice per run: a trial may have chosen otherwise
         return [], (f"{out} holds trial(s) {', '.join(str(t + 1) for t in other)} selected on another metric than "

@@ -12,11 +12,11 @@ from gbpn.train.config import TrainConfig
 def auto_candidates(config: TrainConfig) -> List[TrainConfig]:
     """The configurations ``--potential auto`` compares (:data:`gbpn.models.encoders.AUTO_CANDIDATES`);
     with ``batch_size`` only those that train on sampled trees."""
-    from gbpn.models.encoders import AUTO_CANDIDATES
+    from gbpn.models import encoders  # read at call time: tests and studies swap the candidates
 
     out = []
-    for cand in AUTO_CANDIDATES:
-        if config.batch_size is not None and cand["potential"] not in ("mlp", "sign"):
+    for cand in encoders.AUTO_CANDIDATES:
+        if config.batch_size is not None and not encoders.spec(cand["potential"]).mini_batch:
             continue
         out.append(replace(config, potential=cand["potential"], separate=cand.get("separate", True)))
     return out
