@@ -17,7 +17,8 @@ from gbpn.bp.layer import BeliefPropagation
 from gbpn.graph.reverse import reverse_edge_index
 from gbpn.train.fit import fit
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine"),
+              pytest.mark.slow]
 
 
 def _implicit_grads(device, damping, edge_weight):

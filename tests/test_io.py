@@ -48,6 +48,7 @@ def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
         load_checkpoint(tmp_path / "m.pt")
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_saving_a_checkpoint_is_named(tmp_path):
     """torch.save's zip writer reports a failed write as a RuntimeError ("unexpected pos"); the
     file's OSError is kept and raised instead. A file-size limit stands in for a full disk."""

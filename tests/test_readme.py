@@ -16,9 +16,12 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import torch
 
 from gbpn.cli import main
+
+pytestmark = pytest.mark.slow  # every command of the README and docs/usage.md, trainings included
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

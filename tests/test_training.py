@@ -9,6 +9,8 @@ from gbpn.errors import GBPNError
 from gbpn.train.objective import degree_temperature, empirical_coupling, marginal_nll
 from gbpn.train.fit import fit, predict
 
+pytestmark = pytest.mark.slow  # whole trainings
+
 
 def test_marginal_nll_with_unit_alpha_is_plain_nll():
     log_b = torch.log_softmax(torch.randn(5, 3), -1)

@@ -233,6 +233,7 @@ print(hashlib.sha1(grad.numpy().tobytes()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_a_process_that_loads_the_kernels_from_the_cache_computes_what_the_compiling_one_did(tmp_path):
     """The first process compiles the kernels into an empty numba cache, the second loads them from
     it: the same gradients bit for bit (c = 47, float64; the edge-major backward chunk)."""
@@ -414,6 +415,7 @@ print(json.dumps([before, [len(f.signatures) for f in kernels], torch.equal(stat
 """
 
 
+@pytest.mark.slow
 def test_warm_up_loads_the_training_and_inference_kernels_and_keeps_the_random_state():
     """In a fresh process :func:`gbpn.bp.layer.warm_up` runs the fused and the two-class kernels, forward
     and backward, so that a timed run does not load them; torch's global generator is not drawn from."""

@@ -251,6 +251,7 @@ def test_one_process_at_a_time_prepares_a_data_set(tmp_path, monkeypatch):
     assert entered.is_set()
 
 
+@pytest.mark.slow
 def test_runs_started_together_load_the_same_data_set_into_a_fresh_cache(tmp_path, data_dir):
     import subprocess
     import sys

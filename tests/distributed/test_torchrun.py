@@ -27,6 +27,7 @@ def probabilities(path):
     return [[float(r[k]) for k in cols] for r in rows]
 
 
+@pytest.mark.slow
 def test_data_parallel_training_and_partitioned_inference(tmp_path):
     run = tmp_path / "run"
     proc = torchrun([*TRAIN, "--output", str(run)])
@@ -80,6 +81,7 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
         assert all(known[r["node"]] == r["known"] for r in csv.DictReader(b))
 
 
+@pytest.mark.slow
 def test_interrupted_distributed_training_resumes(tmp_path):
     run = tmp_path / "run"
     args = [*TRAIN[:-1], "40", "--trials", "3", "--output", str(run)]
@@ -105,12 +107,13 @@ def test_interrupted_distributed_training_resumes(tmp_path):
     assert done[0] == first[0]  # the finished trial was kept, not retrained
 
 
+@pytest.mark.slow
 def test_full_batch_training_under_torchrun_is_refused(tmp_path):
     proc = torchrun(["train", "--epochs", "2", "--output", str(tmp_path / "run")])
     assert proc.returncode != 0
     assert "gbpn train: error: training under torchrun is data-parallel" in proc.stderr
     # torchrun's launcher prints its own traceback of the failed children; none comes from gbpn
-    assert "gbpn/cli.py" not in proc.stderr and "GBPNError" not in proc.stderr
+    assert "gbpn/cli" not in proc.stderr and "GBPNError" not in proc.stderr
 
 
 @pytest.mark.parametrize("flag", [["--per-rank"], ["--parts-file", "parts.pt"]])

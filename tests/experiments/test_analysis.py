@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from gbpn.train.config import TrainConfig
 from gbpn.data import load_dataset
@@ -7,6 +8,7 @@ from gbpn.experiments.coupling import compare_couplings
 from gbpn.train.fit import fit
 
 
+@pytest.mark.slow
 def test_convergence_residual_ends_at_zero_and_settle_steps_are_consistent():
     data = load_dataset("synth-ising+")
     res = fit(data, TrainConfig(epochs=10, hidden=16), seed=0)
@@ -31,6 +33,7 @@ def test_compare_couplings_ignores_scale():
     assert compare_couplings(H.T[::-1], H)["relative_error"] > 0.5
 
 
+@pytest.mark.slow
 def test_explanation_decomposes_the_margin_exactly():
     from gbpn.experiments.explain import explain_node, format_explanation
 
@@ -45,6 +48,7 @@ def test_explanation_decomposes_the_margin_exactly():
     assert "node 100" in format_explanation(ex)
 
 
+@pytest.mark.slow
 def test_confidence_by_degree_bins_cover_every_test_node():
     from gbpn.experiments.degree import confidence_by_degree
 
@@ -56,6 +60,7 @@ def test_confidence_by_degree_bins_cover_every_test_node():
     assert np.isclose((out["accuracy"] * out["count"]).sum() / out["count"].sum(), out["node_correct"].mean())
 
 
+@pytest.mark.slow
 def test_sampling_studies_write_their_figures_and_rows(tmp_path):
     import csv
 

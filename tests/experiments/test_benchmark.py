@@ -6,6 +6,8 @@ import pytest
 from gbpn.errors import GBPNError
 from gbpn.experiments.benchmark import PRESETS, run_grid
 
+pytestmark = pytest.mark.slow  # grids of whole trainings
+
 
 def test_grid_writes_rows_table_and_resumes(tmp_path):
     msgs = []

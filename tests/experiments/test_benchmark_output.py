@@ -6,6 +6,8 @@ import pytest
 import gbpn.experiments.benchmark as benchmark
 from gbpn.errors import GBPNError
 
+pytestmark = pytest.mark.slow  # grids of whole trainings
+
 
 def test_rows_keep_the_learned_coupling_and_one_trial_shows_no_spread(tmp_path):
     table = benchmark.run_grid(["gbpn", "mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
