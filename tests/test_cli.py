@@ -31,7 +31,7 @@ def trained(tmp_path_factory):
 def test_train_writes_config_metrics_splits_and_checkpoint(trained):
     cfg = json.loads((trained / "config.json").read_text())
     metrics = json.loads((trained / "metrics.json").read_text())
-    assert cfg["dataset"] == "synth-ising+" and cfg["train"]["epochs"] == 15 and "torch" in cfg["versions"]
+    assert cfg["dataset"] == "synth-ising+" and cfg["train"]["optim"]["epochs"] == 15 and "torch" in cfg["versions"]
     assert [t["seed"] for t in metrics["trials"]] == [3, 4]
     assert all(0.0 <= t["test_accuracy"] <= 1.0 for t in metrics["trials"])
     split = np.load(trained / metrics["trials"][0]["split"])
@@ -311,7 +311,7 @@ def test_config_reruns_a_recorded_run_exactly(tmp_path, capsys):
     assert main(["train", "--dataset", str(g), "--epochs", "20", "--hidden", "8", "--trials", "2", "--seed", "4",
                  "--variant", "gbpn-i", "--output", str(tmp_path / "a"), "-q"]) == 0
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())
-    assert cfg["train"]["dropout"] == 0.3  # resolved by the rule (2 features, 18 training nodes), not null
+    assert cfg["train"]["model"]["dropout"] == 0.3  # resolved by the rule (2 features, 18 training nodes), not null
     assert cfg["source"]["dataset"] == str(g.resolve())
     assert main(["train", "--config", str(tmp_path / "a" / "config.json"), "--output", str(tmp_path / "b"), "-q"]) == 0
     strip = lambda m: [{k: v for k, v in t.items() if not k.endswith("_seconds")} for t in m["trials"]]  # noqa: E731
