@@ -31,7 +31,7 @@ def test_missing_dataset_is_skipped_not_fatal(tmp_path, caplog):
     run_grid(["mlp"], ["election", "synth-ising+"], trials=1, output=tmp_path, epochs=2,
              data_dir=str(tmp_path / "none"), progress=False, log=lambda m: None)
     assert any("skipping election" in r.message and r.levelname == "WARNING" for r in caplog.records)
-    assert not list((tmp_path / "rows").glob("*.claim"))  # no claim left behind for other workers to wait on
+    assert not list((tmp_path / "rows").glob("*.lock"))  # no lock left behind for other workers to wait on
     assert len(list((tmp_path / "rows").glob("*.json"))) == 1
     # a grid none of whose data sets loaded has nothing to show: an error, not an empty table
     with pytest.raises(GBPNError, match="every data set of the grid was skipped"):
@@ -80,32 +80,32 @@ def test_mini_batch_grid_runs_gbpn_on_trees_and_the_large_baselines(tmp_path):
         run_grid(["gbpn"], [str(folder)], trials=1, output=out, epochs=2, progress=False, log=lambda m: None)
 
 
-def test_runs_claimed_by_a_live_worker_are_skipped_and_dead_claims_taken_over(tmp_path, caplog):
-    import os
+def test_runs_locked_by_a_live_worker_are_skipped_and_a_dead_workers_taken_over(tmp_path, caplog):
     import subprocess
-
-    from gbpn.experiments.benchmark import _identity
+    import sys
 
     rows = tmp_path / "rows"
     rows.mkdir()
-    live = subprocess.Popen(["sleep", "60"])
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    # another worker (a process) holds run 0; run 1's lock file is a dead worker's, killed mid-run
+    hold = ("import sys; from pathlib import Path; from gbpn.experiments.lock import try_lock; "
+            "lock = try_lock(Path(sys.argv[1])); print('held' if lock else 'busy', flush=True); sys.stdin.read()")
+    live = subprocess.Popen([sys.executable, "-c", hold, str(rows / "synth-ising+__mlp__0.lock")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        (rows / "synth-ising+__mlp__0.claim").write_text(_identity(live.pid))
-        (rows / "synth-ising+__mlp__1.claim").write_text(str(dead.pid))
-        # a live process whose start time is not the claim's: its pid was reused after the worker died
-        reused = _identity(live.pid).split()
-        if len(reused) == 3:
-            reused[1] = str(int(reused[1]) + 1)
-        (rows / "synth-ising+__mlp__2.claim").write_text(" ".join(reused) if len(reused) == 3 else str(dead.pid))
+        assert live.stdout.readline().strip() == "held"
+        (rows / "synth-ising+__mlp__1.lock").write_text("")
         run_grid(["mlp"], ["synth-ising+"], trials=3, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
     finally:
         live.kill()
+        live.wait()
     assert not (rows / "synth-ising+__mlp__0.json").exists()  # another worker is on it
     assert (rows / "synth-ising+__mlp__1.json").exists() and (rows / "synth-ising+__mlp__2.json").exists()
-    assert not (rows / "synth-ising+__mlp__1.claim").exists() and os.path.exists(rows / "synth-ising+__mlp__0.claim")
-    assert any("1 run(s) are held by other workers" in r.message for r in caplog.records)
+    assert sorted(p.name for p in rows.glob("*.lock")) == ["synth-ising+__mlp__0.lock"]  # finished runs' go
+    assert any("1 run(s) are held by other workers (e.g. synth-ising+__mlp__0: pid " + f"{live.pid} on " in r.message
+               for r in caplog.records)
+    # once that worker is gone, the run is taken over
+    run_grid(["mlp"], ["synth-ising+"], trials=3, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
+    assert (rows / "synth-ising+__mlp__0.json").exists() and not list(rows.glob("*.lock"))
 
 
 def test_patience_is_part_of_the_grid_and_stops_runs_early(tmp_path):

@@ -24,6 +24,7 @@ from typing import Callable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
+from filelock import FileLock
 from torch_geometric.data import Data
 
 from gbpn.data.byo import load_byo
@@ -54,27 +55,23 @@ def cache_root() -> Path:
 
 @contextlib.contextmanager
 def loading_lock(key: str) -> Iterator[None]:
-    """Hold the data set ``key``'s lock file (in the cache folder) while preparing it: several runs
-    started together (a grid's workers, ``torchrun`` ranks) would otherwise copy the same raw files
-    and let PyG / OGB write the same processed files at once. Unlocked where the cache folder cannot
-    be written or ``fcntl`` does not exist (Windows)."""
-    fh = None
+    """Hold the data set ``key``'s lock file (in the cache folder, through ``filelock``) while preparing
+    it: several runs started together (a grid's workers, ``torchrun`` ranks) would otherwise copy the
+    same raw files and let PyG / OGB write the same processed files at once. Unlocked where the cache
+    folder cannot be written."""
+    lock = None
     try:
-        import fcntl
-
         folder = cache_root() / "locks"
         folder.mkdir(parents=True, exist_ok=True)
-        fh = open(folder / f"{key}.lock", "a")
-        fcntl.flock(fh, fcntl.LOCK_EX)
-    except (ImportError, OSError):
-        if fh is not None:
-            fh.close()
-            fh = None
+        lock = FileLock(folder / f"{key}.lock")
+        lock.acquire()
+    except OSError:
+        lock = None
     try:
         yield
     finally:
-        if fh is not None:
-            fh.close()  # releases the lock
+        if lock is not None:
+            lock.release()
 
 
 def available_datasets() -> List[str]:

@@ -3,22 +3,21 @@
 Layout of an output folder::
 
     rows/<dataset>__<model>__<trial>.json   one finished run each (written atomically)
-    rows/<dataset>__<model>__<trial>.claim  a run in progress (the pid of its worker)
+    rows/<dataset>__<model>__<trial>.lock   a run's lock (filelock), held while it runs; gone once it finished
     results.csv                             every finished run
     table.md                                mean ± std of test accuracy (%), best per row in bold
     config.json                             the grid, protocol and library versions
 
 Interrupted, the same command skips every run whose row file exists. Several workers may
-share one folder: each claims a run before starting it and skips runs claimed by a live
-worker on this machine. Runs go trial by trial, so a grid stopped early holds the same
-trials for every model of a dataset.
+share one folder: each locks a run before starting it and skips runs another worker holds
+(the operating system drops a dead worker's locks). Runs go trial by trial, so a grid stopped
+early holds the same trials for every model of a dataset.
 """
 from __future__ import annotations
 
 import csv
 import io
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -30,6 +29,7 @@ from gbpn.train.config import TrainConfig
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
+from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.train.metrics import check_metric, default_metric
@@ -337,9 +337,12 @@ def run_grid(
         if data is None:
             return True
         record_config()
-        if not _claim(name.with_suffix(".claim")):
+        lock = try_lock(name.with_suffix(".lock"))
+        if lock is None:
             return False
-        try:  # whatever happens once claimed (an error, an interruption), the claim is released
+        try:  # whatever happens once locked (an error, an interruption), the lock is released
+            if name.with_suffix(".json").is_file():  # finished by another worker since the check above
+                return True
             s = seed + t
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
@@ -368,19 +371,20 @@ def run_grid(
                    # numbers, the chosen potential's name and lists (the learned H)
                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
-        finally:
-            name.with_suffix(".claim").unlink(missing_ok=True)
+        finally:  # a finished run's lock file goes: whoever locks it next sees the row above
+            release(lock, remove=name.with_suffix(".json").is_file())
         return True
 
     bar = tqdm(todo, disable=None if progress else True, dynamic_ncols=True, desc="benchmark")
     for d, m, t in bar:
         bar.set_postfix_str(f"{d} {m} trial {t}")
-        cell(d, m, t)  # another worker may have finished or claimed it meanwhile
-    held = [n.stem for n in rows_dir.glob("*.claim") if not n.with_suffix(".json").is_file()] if rows_dir.is_dir() else []
+        cell(d, m, t)  # another worker may have finished or locked it meanwhile
+    held = [n.stem for n in rows_dir.glob("*.lock") if not n.with_suffix(".json").is_file() and is_held(n)] \
+        if rows_dir.is_dir() else []
     if held and not table_only:
         logging.getLogger(__name__).warning(
-            f"{len(held)} run(s) are held by other workers (e.g. {held[0]}): the table lacks them until those finish; "
-            "rerun then (a claim whose worker is gone is taken over)")
+            f"{len(held)} run(s) are held by other workers (e.g. {held[0]}: {holder(rows_dir / (held[0] + '.lock'))}): "
+            "the table lacks them until those finish; rerun then")
     if skipped and not table_only and set(datasets) <= skipped:
         raise GBPNError(f"every data set of the grid was skipped ({', '.join(sorted(skipped))}: see above); set "
                         "--data-dir or GBPN_DATA to the folder holding them")
@@ -430,56 +434,6 @@ def _copy_outputs(out: Path, source_stem: str, stem: str) -> None:
         if src.is_file():
             data = src.read_bytes()
             atomic_write(out / folder / f"{stem}{ext}", lambda fh: fh.write(data), mode="wb")
-
-
-def _claim(path: Path) -> bool:
-    """Create ``path`` holding our pid; False when a live process on this machine holds it.
-    A claim left by a dead worker (an interrupted run) is taken over."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                text, age = path.read_text(), time.time() - path.stat().st_mtime
-            except OSError:
-                continue
-            if not text.strip() and age < 60:
-                return False  # being written by the worker that just created it
-            if _held(text):
-                return False
-            path.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(_identity(os.getpid()))
-        return True
-    return False
-
-
-def _identity(pid: int) -> str:
-    """``pid`` with its start time and the boot it belongs to (Linux): a process id reused after
-    the worker died (a reboot, a long run) is then not mistaken for the worker."""
-    try:
-        start = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except (OSError, IndexError):
-        return str(pid)
-    return f"{pid} {start} {boot}"
-
-
-def _held(claim: str) -> bool:
-    """Whether the worker that wrote ``claim`` (:func:`_identity`, or a bare pid) still runs."""
-    words = claim.split()
-    if not words or not words[0].isdigit() or int(words[0]) == os.getpid():
-        return False
-    pid = int(words[0])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return len(words) == 1 or _identity(pid) == claim.strip()
 
 
 def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:

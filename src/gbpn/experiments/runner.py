@@ -30,6 +30,7 @@ from gbpn.data.datasets import data_root, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
+from gbpn.experiments.lock import folder_busy, lock_folder, release
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.train.checkpoint import save_checkpoint
 from gbpn.train.metrics import check_metric, default_metric
@@ -185,54 +186,66 @@ def run_trials(
     rank, world = rank_and_world()
     run_config["world_size"] = world  # processes under torchrun: data-parallel training is another run
     progress = progress and rank == 0
-    # rank 0 reads what is finished and every rank learns it (or the same error): the output
+    # rank 0 holds the output folder's lock for the whole run (another run into it fails at once, naming
+    # the holder), reads what is finished, and every rank learns it (or the same error): the output
     # folder need not be shared between machines
-    done, error = _resume_state(out, metrics_path, run_config, trials, log, defaults) if rank == 0 else (None, None)
-    done, error = broadcast_object((done, error))
-    if error:
-        raise GBPNError(error)
-    if rank == 0:
-        write_json(out / "config.json", {**run_config, "versions": versions()})
+    lock, done, error = None, None, None
+    try:
+        if rank == 0:
+            try:
+                lock = lock_folder(out)
+                done, error = (_resume_state(out, metrics_path, run_config, trials, log, defaults) if lock is not None else
+                               ([], folder_busy(out, "--output folder")))
+            except GBPNError as err:  # an output path that cannot be written: every rank stops with it
+                error = str(err)
+        done, error = broadcast_object((done, error))
+        if error:
+            raise GBPNError(error)
+        if rank == 0:
+            write_json(out / "config.json", {**run_config, "versions": versions()})
 
-    finished = {t["trial"] for t in done}
-    if done and rank == 0 and not (out / "model.pt").is_file():
-        logger.warning(f"{out / 'model.pt'} is missing: the finished trials are not rerun, so it is written again only "
-                       "if a new trial validates better; rerun into a new --output to have it")
-    unsaved = [t["trial"] for t in done if "checkpoint" not in t]
-    if save_trials and unsaved and rank == 0:
-        logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
-                       "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
-                       "--output to keep every trial's")
-    best_val = max((_validation(t, config.metric) for t in done), default=None)
-    for trial in range(trials):
-        if trial in finished:
-            continue
-        s = seed + trial
-        masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
-        res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
-        if rank != 0:  # every rank trains; rank 0 writes
-            continue
-        train, val, test = res.masks
-        buf = io.BytesIO()
-        np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
-        atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
-        row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
-        meta = trial_meta(data, res, source, sample, s, split)
-        if save_trials:
-            row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
-        if best_val is None or _validation(row, config.metric) > best_val:  # the first trial's is kept in any case
-            best_val = _validation(row, config.metric)
-            save_checkpoint(out / "model.pt", res.model, meta)
-        done.append(row)
-        done.sort(key=lambda t: t["trial"])
-        write_json(metrics_path, {"trials": done, "summary": _summary(done)})
-        extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
-        log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
-            f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
-            + _implicit_note(row))
-    result = {"trials": done, "summary": _summary(done)}
-    if rank == 0:
-        write_json(metrics_path, result)
+        finished = {t["trial"] for t in done}
+        if done and rank == 0 and not (out / "model.pt").is_file():
+            logger.warning(f"{out / 'model.pt'} is missing: the finished trials are not rerun, so it is written again only "
+                           "if a new trial validates better; rerun into a new --output to have it")
+        unsaved = [t["trial"] for t in done if "checkpoint" not in t]
+        if save_trials and unsaved and rank == 0:
+            logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
+                           "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
+                           "--output to keep every trial's")
+        best_val = max((_validation(t, config.metric) for t in done), default=None)
+        for trial in range(trials):
+            if trial in finished:
+                continue
+            s = seed + trial
+            masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
+            res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
+            if rank != 0:  # every rank trains; rank 0 writes
+                continue
+            train, val, test = res.masks
+            buf = io.BytesIO()
+            np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
+            atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
+            row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
+            meta = trial_meta(data, res, source, sample, s, split)
+            if save_trials:
+                row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
+            if best_val is None or _validation(row, config.metric) > best_val:  # the first trial's is kept in any case
+                best_val = _validation(row, config.metric)
+                save_checkpoint(out / "model.pt", res.model, meta)
+            done.append(row)
+            done.sort(key=lambda t: t["trial"])
+            write_json(metrics_path, {"trials": done, "summary": _summary(done)})
+            extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
+            log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
+                f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
+                + _implicit_note(row))
+        result = {"trials": done, "summary": _summary(done)}
+        if rank == 0:
+            write_json(metrics_path, result)
+    finally:
+        if lock is not None:
+            release(lock)
     return result
 
 
