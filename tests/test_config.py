@@ -55,3 +55,33 @@ def test_flat_names_construct_replace_and_read_the_parts():
     assert config.sampling.num_hops == 2
     with pytest.raises(TypeError, match="unknown options: nope"):
         TrainConfig(nope=1)
+
+
+def test_train_flags_are_generated_from_the_fields():
+    from gbpn.cli import build_parser
+    from gbpn.cli.options import command_parser
+
+    train = command_parser(build_parser(), ("train",))
+    actions = {a.dest: a for a in train._actions if a.option_strings}
+    flagged = {name for name, o in OPTIONS.items() if o.field.metadata.get("cli", True)}
+    assert flagged == set(OPTIONS) - {"learn_coupling", "coupling_init", "train_frac", "val_frac"}
+    for name in flagged:
+        assert actions[name].help.replace("%%", "%") == OPTIONS[name].field.metadata["help"]
+        assert actions[name].default == OPTIONS[name].field.default
+    assert actions["num_steps"].option_strings == ["--steps", "-K"]
+    assert actions["degree_weight"].option_strings == ["--no-degree-weight"]
+    assert actions["potential_layers"].option_strings == ["--potential-layers"]
+    args = build_parser().parse_args(["train", "--no-separate", "--potential", "gcn", "--potential-layers", "3", "-K", "2"])
+    config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
+    assert config.potential_options() == {"num_layers": 3, "residual": False, "layer_norm": False, "separate": False}
+    assert config.num_steps == 2
+
+
+def test_options_of_an_encoder_that_does_not_read_them_are_refused():
+    from gbpn.api import check_applicable
+
+    with pytest.raises(GBPNError, match=r"--potential-layers: only for --potential gcn, sage or gat"):
+        check_applicable(TrainConfig(potential="sign"), {"potential_layers": "--potential-layers"})
+    with pytest.raises(GBPNError, match=r"--potential-hops: only for --potential sign"):
+        check_applicable(TrainConfig(), {"potential_hops": "--potential-hops"})
+    check_applicable(TrainConfig(potential="auto"), {"potential_hops": "--potential-hops", "residual": "--residual"})

@@ -31,7 +31,7 @@ class EncoderSpec:
         accepts: every keyword ``build`` takes (``options``'s fields, ``separate``, library-only ones).
         mini_batch: trains on sampled trees (its potential of a node depends on that node's inputs only).
         precisions: the ``precision`` values it implements.
-        check: refuses an :class:`EncoderConfig` this encoder cannot train with (before anything runs).
+        check: ``check(separate)`` refuses a ``separate`` this encoder cannot train with (before anything runs).
     """
 
     name: str

@@ -1,0 +1,184 @@
+"""The ``gbpn`` command line: a thin layer over :mod:`gbpn.api` and the experiments.
+
+One module per command (``train``, ``predict``, ``benchmark``, ``sample-mrf``, ``analyze``, ``explain``,
+``coupling``), each with ``add_parser(sub, common)`` and ``run(args)``; :mod:`gbpn.cli.options` generates
+the flags of config options from their dataclass fields. This module builds the parser, runs a command
+with its logging, threads and error handling, and joins the process group under ``torchrun``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from typing import List, Optional
+
+import torch
+
+import gbpn
+from gbpn import distributed
+from gbpn.api import MAX_SEED
+from gbpn.cli import analyze, benchmark, coupling, explain, predict, sample_mrf, train
+from gbpn.cli.options import command_parser, common, flags, typed_options
+from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
+from gbpn.errors import GBPNError
+
+__all__ = ["COMMANDS", "build_parser", "main", "typed_options"]
+logger = logging.getLogger("gbpn")
+
+# command -> its module, in the order of `gbpn --help`
+COMMANDS = {"train": train, "predict": predict, "benchmark": benchmark, "sample-mrf": sample_mrf, "analyze": analyze,
+            "explain": explain, "coupling": coupling}
+DISTRIBUTED_COMMANDS = ("train", "predict")
+# a count beyond this is a typo, not a request (and overflows the int32 of numba's and NumPy's indices)
+MAX_COUNT = 2**31 - 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.",
+                                     epilog="Progress bars show on a terminal only; messages go to stderr through "
+                                            "logging, results to stdout.")
+    parser.add_argument("--version", action="version", version=f"gbpn {gbpn.__version__}")
+    parents = [common()]
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS.values():
+        module.add_parser(sub, parents)
+    return parser
+
+
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    with contextlib.suppress(AttributeError, OSError):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    if getattr(args, "threads", None) is None:  # argparse checked it is positive
+        return
+    cap = _usable_cpus()
+    if args.threads > cap:  # the fused kernels' per-thread buffers and thread pool grow with it
+        logger.warning(f"--threads {args.threads} is more than the {cap} CPU(s) this process may use; using {cap}")
+        args.threads = cap
+    torch.set_num_threads(args.threads)
+
+
+@contextlib.contextmanager
+def _logging_to_stderr(verbose: int, quiet: bool):
+    """Messages of the ``gbpn`` loggers to stderr for one command: warnings with -q, info by
+    default, debug with -v. The loggers are left as they were afterwards (the library used from
+    Python logs through the application's own configuration)."""
+    handler = logging.StreamHandler(sys.stderr)  # the stderr of this call (tests swap it)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors argparse's types leave: an empty string, a seed outside 0..2^32-1 (or one whose
+    trials run past it), a count too large to mean anything."""
+    words = (args.command,) + ((args.analysis,) if getattr(args, "analysis", None) else ())
+    flag_of = flags(command_parser(parser, words))
+    for name, value in vars(args).items():
+        flag = flag_of.get(name, "--" + name.replace("_", "-"))
+        for v in value if isinstance(value, list) else [value]:
+            if v == "":
+                parser.error(f"argument {flag}: is empty; give a value or leave the option out")
+            if not isinstance(v, int) or isinstance(v, bool):
+                continue
+            if name == "seed":
+                last = v + max(getattr(args, "trials", None) or 1, 1) - 1
+                if not 0 <= v or last > MAX_SEED:
+                    parser.error(f"argument --seed: must lie in 0..{MAX_SEED} with every trial's seed (seed + trial), "
+                                 f"got {v}")
+            elif abs(v) > MAX_COUNT:
+                parser.error(f"argument {flag}: {v} is beyond any size this can run (at most {MAX_COUNT})")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_values(parser, args)
+    args.argv = argv  # what was typed: some checks ask which options were given, whatever their values
+    if distributed.launched():
+        return _main_distributed(args)
+    return _run(args)
+
+
+def _main_distributed(args: argparse.Namespace) -> int:
+    """Under ``torchrun``: join the process group, let only rank 0 speak, leave the group at the end."""
+    if args.command not in DISTRIBUTED_COMMANDS:
+        with _logging_to_stderr(0, False):
+            logger.error(f"gbpn {args.command}: does not run under torchrun (only {' and '.join(DISTRIBUTED_COMMANDS)} "
+                         "do); run it as a single process")
+        return 2
+    if getattr(args, "device", None):
+        from gbpn.train.config import resolve_device
+
+        args.device = distributed.local_device(args.device)
+        try:
+            resolve_device(args.device)  # no CUDA device: say so, not that NCCL is missing
+        except GBPNError as err:
+            with _logging_to_stderr(0, False):
+                logger.error(f"gbpn {args.command}: error: {err}")
+            return 2
+    try:
+        rank, _ = distributed.init_from_env(getattr(args, "device", "cpu"))
+    except (RuntimeError, ValueError) as err:
+        with _logging_to_stderr(0, False):
+            logger.error(f"gbpn {args.command}: could not join the torchrun process group: {err}")
+        return 2
+    if rank != 0:
+        args.quiet = True
+    try:
+        return _run(args)
+    finally:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation that failed (CPU or CUDA), not a bug."""
+    cuda_oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError: 2.5+
+    return isinstance(err, (MemoryError, cuda_oom)) or "can't allocate memory" in str(err)
+
+
+def _run(args: argparse.Namespace) -> int:
+    with _logging_to_stderr(args.verbose, args.quiet):
+        _set_threads(args)
+        logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+                     f"{vars(args)}")
+        try:
+            return COMMANDS[args.command].run(args)
+        except GBPNError as err:
+            logger.error(f"gbpn {args.command}: error: {err}")
+            return 2
+        except KeyboardInterrupt:
+            logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
+            return 130
+        except BrokenPipeError:  # stdout's reader left (`| head`): what it read is what it wanted
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+            return 141
+        except Exception as err:  # a bug, not a user error: one line, full trace on request
+            if os.environ.get("GBPN_DEBUG"):
+                raise
+            if _out_of_memory(err):  # sizes asked for beyond the machine: say which options set them
+                first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+                logger.error(f"gbpn {args.command}: error: out of memory ({first}); lower --hidden, --batch-size "
+                             "or --size, or set --edge-chunk / --node-chunk where the command has them")
+                return 2
+            logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
+                         "(set GBPN_DEBUG=1 for the traceback)")
+            return 1

@@ -1,0 +1,111 @@
+"""``gbpn benchmark``: a grid of models x data sets x trials, resumable, with a Markdown table."""
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from gbpn.cli.options import DATA_DIR_HELP, POSITIVE, add_option, add_threads, given
+from gbpn.errors import GBPNError
+
+logger = logging.getLogger("gbpn")
+# the options of a free grid that --table-only reads from the grid's config.json
+GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout")
+
+
+def add_parser(sub, common) -> None:
+    b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
+    b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
+                   help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
+    b.add_argument("--quick", action="store_true",
+                   help="smoke run: 2 trials of 100 epochs, without gbpn:auto (table2: the 4 reference grids "
+                        "only); see the README for what it costs")
+    b.add_argument("--models", nargs="+", default=None,
+                   help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
+                        "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
+                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto")
+    b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
+    b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
+    add_option(b, "epochs", type=POSITIVE, help="free grid: training steps (default: 500)")
+    add_option(b, "patience", type=POSITIVE, help="free grid: stop a run after this many epochs without a better "
+                                                  "validation score (of --metric)")
+    b.add_argument("--seed", type=int, default=0, help="seed of trial 0 (default: 0)")
+    add_option(b, "dropout", help="free grid: dropout of every model (default: the paper's rule by features per "
+                                  "training node; the heterophily preset uses 0.1)")
+    add_option(b, "batch_size", help="free grid, large graphs: GBPN on sampled trees (T=2, d=5) and the mini-batch "
+                                     "baselines with this many target nodes per batch")
+    add_option(b, "metric", help="model selection on validation for GBPN and the full-batch baselines (LP and C&S: "
+                                 "their alphas), reported beside accuracy; auto: roc_auc for binary labels with a "
+                                 "minority class under 30% (of trial 0's training and validation labels), accuracy "
+                                 "otherwise (default: auto)")
+    b.add_argument("--save-predictions", action="store_true",
+                   help="also write every run's class probabilities on every node (predictions/<dataset>__<model>"
+                        "__<trial>.csv) and each GBPN run's checkpoint (checkpoints/...pt); not for the mini-batch "
+                        "baselines")
+    b.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    add_threads(b)
+    b.add_argument("--output", default=None,
+                   help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
+                        "runs/benchmark)")
+    b.add_argument("--table-only", action="store_true",
+                   help="rebuild results.csv and table.md from the finished runs in --output, training nothing; "
+                        "the grid (models, data sets, trials, options) is read from its config.json unless "
+                        "--preset or --models and --datasets name it")
+
+
+def _recorded_grid(args: argparse.Namespace, output: Path) -> None:
+    """``benchmark --table-only`` without a named grid: take the one recorded in ``output``."""
+    from gbpn.io import read_json
+
+    if not (output / "config.json").is_file():
+        raise GBPNError(f"{output} holds no benchmark grid (no config.json): give the --output folder of a grid "
+                        "that has run, or name it with --preset or --models and --datasets")
+    grid = read_json(output / "config.json")
+    if not isinstance(grid, dict) or not {"models", "datasets"} <= set(grid):
+        raise GBPNError(f"{output / 'config.json'} is not a benchmark grid's (no models and datasets): give the "
+                        "--output folder of a gbpn benchmark run")
+    typed = given(args, ["benchmark"], GRID_OPTIONS)
+    if typed:
+        raise GBPNError(f"--table-only reads the grid's settings from {output / 'config.json'}, so "
+                        f"{', '.join(typed.values())} would be ignored: leave them out")
+    args.models, args.datasets = args.models or grid["models"], args.datasets or grid["datasets"]
+    args.quick = False
+    for key in GRID_OPTIONS:
+        if key in grid:
+            setattr(args, key, grid[key])
+
+
+def run(args: argparse.Namespace) -> int:
+    from gbpn.experiments.benchmark import run_grid, run_preset
+
+    log = logger.info
+    free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size")
+    if args.preset and (typed := given(args, ["benchmark"], free)):
+        raise GBPNError(f"--preset {args.preset} runs its own grid, so {', '.join(typed.values())} would be ignored: "
+                        "leave them out, or name the grid with --models and --datasets instead of a preset")
+    if args.quick and (typed := given(args, ["benchmark"], ("trials", "epochs"))):
+        raise GBPNError(f"--quick runs 2 trials of 100 epochs, so {', '.join(typed.values())} would be ignored: leave "
+                        "them out, or drop --quick")
+    if args.preset:
+        output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
+        table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
+                           progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
+                           save_predictions=args.save_predictions)
+    else:
+        output = args.output or "runs/benchmark"
+        if args.table_only and not (args.models and args.datasets):
+            _recorded_grid(args, Path(output))
+        if not args.models or not args.datasets:
+            raise GBPNError("give --preset, or both --models and --datasets for a free grid")
+        trials, epochs = (2, 100) if args.quick else (args.trials, args.epochs)
+        if args.batch_size is not None and args.batch_size < 1:
+            raise GBPNError("--batch-size must be positive")
+        if args.dropout is not None and not 0 <= args.dropout < 1:
+            raise GBPNError(f"--dropout must be in [0, 1), got {args.dropout}")
+        table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
+                         data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
+                         batch_size=args.batch_size, patience=args.patience, metric=args.metric,
+                         save_predictions=args.save_predictions, dropout=args.dropout)
+    print(table, end="")
+    print(f"rows, results.csv and table.md in {output}")
+    return 0

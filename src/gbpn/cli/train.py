@@ -1,0 +1,58 @@
+"""``gbpn train``: seeded trials of GBPN / GBPN-I into a run folder."""
+from __future__ import annotations
+
+import argparse
+
+from gbpn import api
+from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, given
+from gbpn.cli.output import mean_std
+from gbpn.distributed import rank_and_world
+from gbpn.train.config import OPTIONS, TrainConfig
+
+
+def add_parser(sub, common) -> None:
+    t = sub.add_parser("train", parents=common, help="train and evaluate GBPN / GBPN-I over several seeded trials")
+    t.add_argument("--config", default=None,
+                   help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
+                        "hyper-parameter come from it; of the options below only --output, --threads, "
+                        "--data-dir, --header and --save-trials may be given with it; --output defaults as "
+                        "without --config, so give it unless the recorded run's folder should be resumed)")
+    add_data_args(t.add_argument_group("data"))
+    add_config_options(t)
+    r = t.add_argument_group("run")
+    add_option(r, "device")
+    r.add_argument("--trials", type=POSITIVE, default=1, help="trials, each with its own seed and split (default: 1)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
+    add_threads(r)
+    r.add_argument("--output", default=None,
+                   help="run folder (default: runs/<dataset>-<variant>-seed<seed>, with -<potential> after the "
+                        "variant for a potential other than mlp)")
+    r.add_argument("--save-trials", action="store_true",
+                   help="keep every trial's checkpoint (checkpoints/trial_K.pt) and class probabilities of every "
+                        "node (predictions/trial_K.csv), not only the best trial's model.pt")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gbpn.data.datasets import dataset_name
+
+    if args.config is not None:
+        api.check_rerun(given(args, ["train"], vars(args)))
+        rec = api.recorded_run(args.config)
+        dataset, sample, seed, trials, config = rec.dataset, rec.sample, rec.seed, rec.trials, rec.config
+        data_dir = args.data_dir or rec.data_dir
+        header = args.header if args.header is not None else rec.header
+    else:
+        dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
+        header = args.header
+        config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
+        api.check_applicable(config, given(args, ["train"], OPTIONS))
+    result, output = api.train(dataset, config, trials, seed, args.output, data_dir, sample, header=header,
+                               save_trials=args.save_trials, progress=not args.quiet)
+    if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
+        return 0
+    s = result["summary"]
+    print(f"{dataset_name(dataset)} {config.variant}: test accuracy {mean_std(s, 'test_accuracy')}"
+          + (f", illicit-class F1 {mean_std(s, 'test_f1')}" if "test_f1_mean" in s else "")
+          + (f", ROC AUC {mean_std(s, 'test_roc_auc')}" if "test_roc_auc_mean" in s else "")
+          + f" over {s['num_trials']} trial(s); run saved in {output}")
+    return 0
