@@ -67,8 +67,8 @@ def test_splits_that_is_a_folder_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("edges, labels, said", [
     ("source,target\n0,1\ninf,3\n", None, "edge 2 (inf, 3) is not a pair of whole-number node ids"),
     (None, "0\n1\ninf\n0\n1\n0\n", "node 2 (row 3 of the data) has label inf"),
-    (None, "0\n1\n1e19\n0\n1\n0\n", "has label 10000000000000000000, beyond the number of nodes (6)"),
-    (None, "0\n1\n1000000\n0\n1\n0\n", "node 2 (row 3 of the data) has label 1000000, beyond the number of nodes"),
+    (None, "0\n1\n1e19\n0\n1\n0\n", "has label 10000000000000000000, beyond the 1024 classes allowed"),
+    (None, "0\n1\n1000000\n0\n1\n0\n", "node 2 (row 3 of the data) has label 1000000, beyond the 1024 classes"),
 ])
 def test_infinite_and_huge_ids_are_named(tmp_path, capsys, edges, labels, said):
     g = _folder(tmp_path / "g", edges=edges, labels=labels)

@@ -6,7 +6,6 @@ import torch
 
 from gbpn.distributed.partition import (
     build_part,
-    degree,
     load_parts,
     partition,
     range_parts,
@@ -14,6 +13,7 @@ from gbpn.distributed.partition import (
     refine_parts,
     save_parts,
 )
+from gbpn.graph.degree import pair_degree
 from gbpn.errors import GBPNError
 from gbpn.nn import BeliefPropagation
 from gbpn.bp.functional import clamp_log_potential, log_normalize
@@ -101,7 +101,7 @@ def test_refinement_cuts_fewer_edges_and_keeps_the_work_balanced(parts):
     n, pairs = 3000, planted_pairs(3000, parts, 30000, 0.9, 4)
     start = range_parts(pairs, n, parts)
     refined = refine_parts(pairs, start, parts, iterations=30)
-    deg = degree(pairs, n)
+    deg = pair_degree(pairs, n)
     for part in (start, refined):
         work = torch.zeros(parts, dtype=torch.long).index_add_(0, part.long(), deg)
         assert float(work.max()) < 1.03 * float(work.float().mean())  # directed edges per part
@@ -121,7 +121,7 @@ def test_neighbour_counts_per_part_are_exact(parts, index_dtype):
     for a, b in ((pairs[0], pairs[1]), (pairs[1], pairs[0])):
         expected.index_put_((a.long(), part[b.long()].long()), torch.ones(a.numel(), dtype=torch.int32),
                             accumulate=True)
-    got = _part_counter(pairs[0], pairs[1], degree(pairs, n).to(torch.int32), parts, None)(part)
+    got = _part_counter(pairs[0], pairs[1], pair_degree(pairs, n).to(torch.int32), parts, None)(part)
     assert torch.equal(got, expected)
 
 

@@ -293,6 +293,10 @@ def _check_float32(path: Path, x: np.ndarray) -> None:
                         f"float32 range (|x| <= {_FLOAT32_MAX:.3g}) that features are trained in: rescale that feature")
 
 
+# A class id beyond the node count (and this) is a typo: it would make the model carry that many classes.
+_MIN_CLASS_CAP = 1024
+
+
 def _check_labels(path: Path, y: np.ndarray, class_names: Optional[List[str]]) -> None:
     """Class ids are whole numbers ``0..c-1`` (or -1 for unknown), and ``c`` is at most the number of
     nodes (or of the names in ``class_names.txt``): a larger id is a typo, not a class."""
@@ -306,14 +310,13 @@ def _check_labels(path: Path, y: np.ndarray, class_names: Optional[List[str]]) -
         r = int(np.argwhere(low)[0, 0])
         raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {int(y[r])}: labels must lie in "
                         "0..c-1 (or -1 for unknown)")
-    cap = max(len(class_names or ()), y.size, 2)
+    cap = max(len(class_names or ()), y.size, _MIN_CLASS_CAP)
     high = y >= cap
     if high.any():
         r = int(np.argwhere(high)[0, 0])
-        bound = (f"the {cap} classes that class_names.txt names" if class_names and cap == len(class_names) else
-                 f"the number of nodes ({y.size}), so most classes would have no node")
-        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {y[r]:.0f}, beyond {bound}: class ids "
-                        "count 0..c-1 (a typo?)")
+        raise GBPNError(f"{path}: node {r} (row {r + 1} of the data) has label {y[r]:.0f}, beyond the {cap} classes "
+                        "allowed here (the larger of the node count, the names in class_names.txt and "
+                        f"{_MIN_CLASS_CAP}): class ids count 0..c-1 (a typo?)")
 
 
 def _read_class_names(path: Path) -> Optional[List[str]]:
