@@ -536,3 +536,10 @@ def test_ctrl_c_while_the_command_loads_ends_it_with_one_line(monkeypatch, capsy
     assert light.stdout.split() == ["False", "GBPN", "True"]
     version = subprocess.run([sys.executable, "-m", "gbpn", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.strip() == f"gbpn {gbpn.__version__}"
+
+
+def test_version_answers_without_loading_torch():
+    code = ("import sys; from gbpn.console import main; rc = main(['--version']); "
+            "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip().startswith("gbpn ") and not proc.stderr, proc.stderr
