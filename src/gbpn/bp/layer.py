@@ -203,23 +203,19 @@ class BeliefPropagation(nn.Module):
         message_weight: Optional[Tensor] = None,
         kernel: Optional[str] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
-        if log_self.dtype in (torch.float16, torch.bfloat16):
-            # too few exponent bits for messages (a coupling's e^12 overflows float16): BP runs in
-            # float32 and hands back the input's precision, as autocast does for reductions
-            out = self(log_self.float(), edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
-                       known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
-                       return_messages=return_messages, edge_chunk=edge_chunk, message_weight=message_weight,
-                       kernel=kernel)
-            return out.to(log_self.dtype) if isinstance(out, Tensor) else (out[0].to(log_self.dtype), *out[1:])
-        problem = self.problem(log_self, edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
-                               known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
-                               return_messages=return_messages, edge_chunk=edge_chunk,
-                               message_weight=message_weight, kernel=kernel)
+        # float16/bfloat16 have too few exponent bits for messages (a coupling's e^12 overflows float16): BP
+        # runs in float32 and hands back the input's precision, as autocast does for reductions
+        half = log_self.dtype in (torch.float16, torch.bfloat16)
+        problem = self.problem(log_self.float() if half else log_self, edge_index, edge_weight, rev_index=rev_index,
+                               known_labels=known_labels, known_mask=known_mask, num_steps=num_steps,
+                               return_residuals=return_residuals, return_messages=return_messages,
+                               edge_chunk=edge_chunk, message_weight=message_weight, kernel=kernel)
         backend, _ = select(problem)
         log_belief, residuals, log_msg = backend.run(problem, self)
         self.last_backend = backend.name
         self.last_kernel = "eager" if backend.name == "eager" else "fused"
-        return _outputs(log_belief, residuals, log_msg, return_residuals, return_messages)
+        return _outputs(log_belief.to(log_self.dtype) if half else log_belief, residuals, log_msg, return_residuals,
+                        return_messages)
 
     def problem(
         self,

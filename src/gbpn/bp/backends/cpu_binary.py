@@ -37,8 +37,8 @@ from gbpn.bp.backends._numba.runtime import _np, _parallel, _threads, self_teste
 from gbpn.bp.problem import needs_grad
 from gbpn.memory import huge_zeros
 from gbpn.graph.layouts import PairLayout, pair_layout
-from gbpn.bp.problem import BPProblem, BPResult, kernel_blocker
-from gbpn.bp.backends.cpu_fused import fused_unavailable
+from gbpn.bp.problem import BPProblem, BPResult
+from gbpn.bp.backends.cpu_fused import numba_blocker
 
 
 def _kernels():
@@ -239,11 +239,7 @@ class CPUBinary:
             return "backward='implicit' runs on the general kernels"
         if p.return_messages and needs_grad(p.log_self, p.log_H):
             return "messages are returned at inference only"
-        why = kernel_blocker(p)
-        if why is None and p.device.type != "cpu":
-            why = "runs on CPU"
-        if why is None:
-            why = fused_unavailable(p.dtype)
+        why = numba_blocker(p)
         if why is None:
             layout = p.scratch["pairs"] = pair_layout(p.edge_index, p.rev_index, p.num_nodes)
             if layout is None:

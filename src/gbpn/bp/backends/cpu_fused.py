@@ -430,6 +430,15 @@ def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping:
 _EAGER_MAX_CLASSES, _EAGER_MIN_EDGES = 2, 1_000_000
 
 
+def numba_blocker(p: BPProblem) -> Optional[str]:
+    """Why no numba kernel (this module's or the two-class ones) runs ``p``, or ``None``: the
+    conditions of every compiled kernel, the CPU, and the kernels' one-time self-test."""
+    why = kernel_blocker(p)
+    if why is None and p.device.type != "cpu":
+        why = "runs on CPU"
+    return why if why is not None else fused_unavailable(p.dtype)
+
+
 def _binary_shaped(p: BPProblem) -> bool:
     """Whether ``p`` has the shape the two-class kernels take (they may still decline it)."""
     return (p.num_classes == 2 and p.device.type == "cpu" and p.edge_weight is None and not p.implicit
@@ -450,11 +459,7 @@ class CPUFused:
                 and p.num_classes <= _EAGER_MAX_CLASSES and p.num_edges > _EAGER_MIN_EDGES):
             return (f"kernel='auto': the eager step is faster at {p.num_classes} classes from "
                     f"{_EAGER_MIN_EDGES:,} edges on (measured)")
-        why = kernel_blocker(p)
-        if why is None and p.device.type != "cpu":
-            why = "runs on CPU"
-        if why is None:
-            why = fused_unavailable(p.dtype)
+        why = numba_blocker(p)
         if why is None:
             layout = p.scratch["csr"] = csr_layout(p.edge_index, p.rev_index, p.num_nodes)
             if p.implicit and not layout.reverse_pairs:
