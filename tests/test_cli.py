@@ -543,3 +543,27 @@ def test_version_answers_without_loading_torch():
             "assert 'torch' not in sys.modules, 'torch loaded'; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().startswith("gbpn ") and not proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["predict", "--help"], ["coupling", "--help"],
+                                  ["train", "--weight-decay", "x"], ["train", "--weight-decay", "-1e-3"],
+                                  ["train", "--lr", "-inf"], ["train", "--no-such-flag"]])
+def test_help_and_argument_errors_answer_without_loading_torch(argv):
+    """--help, usage errors and out-of-range values answer before PyTorch (and PyG) load: a second,
+    not the seconds those take."""
+    code = (f"import sys; from gbpn.console import main; rc = main({argv!r}); "
+            "assert not {'torch', 'torch_geometric', 'numpy'} & set(sys.modules), 'loaded'; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "loaded" not in proc.stderr, proc.stderr
+    if "--help" in argv:
+        assert proc.returncode == 0 and "usage: gbpn" in proc.stdout
+    else:
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and "error: " in proc.stderr.splitlines()[-1]
+
+
+def test_negative_scientific_values_reach_the_range_check(capsys):
+    """``--weight-decay -1e-3`` is a value, as ``-0.001`` is: the range check names the option."""
+    from gbpn.cli import main
+
+    assert main(["train", "--weight-decay", "-1e-3"]) == 2
+    assert "--weight-decay) must be a finite number >= 0, got -0.001" in capsys.readouterr().err

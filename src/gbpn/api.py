@@ -33,15 +33,13 @@ import torch
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.registry import option_users
-from gbpn.train.config import OPTIONS, TrainConfig
+from gbpn.train.config import MAX_SEED, OPTIONS, TrainConfig
 from gbpn.train.fit import fit
 
 __all__ = ["MAX_SEED", "Loaded", "RecordedRun", "TrainConfig", "check_applicable", "check_rerun", "explain", "fit",
            "load", "predict", "recorded_run", "train"]
 logger = logging.getLogger("gbpn")
 
-# seeds go to torch.manual_seed and numpy, which read them modulo 2^32 (or overflow beyond 2^64)
-MAX_SEED = 2**32 - 1
 # what a rerun of a recorded config leaves to its caller: where to write and read, threads, what to keep
 RERUN_KEEPS = {"command", "argv", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet",
                "verbose"}

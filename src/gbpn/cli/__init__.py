@@ -4,6 +4,9 @@ One module per command (``train``, ``predict``, ``benchmark``, ``sample-mrf``, `
 ``coupling``), each with ``add_parser(sub, common)`` and ``run(args)``; :mod:`gbpn.cli.options` generates
 the flags of config options from their dataclass fields. This module builds the parser, runs a command
 with its logging, threads and error handling, and joins the process group under ``torchrun``.
+
+The parser loads without PyTorch or PyG (seconds to import): ``--help`` and usage errors answer at
+once, and a command imports what it runs only once its arguments are known.
 """
 from __future__ import annotations
 
@@ -14,15 +17,12 @@ import os
 import sys
 from typing import List, Optional
 
-import torch
-
 import gbpn
-from gbpn import distributed
-from gbpn.api import MAX_SEED
 from gbpn.cli import analyze, benchmark, coupling, explain, predict, sample_mrf, train
-from gbpn.cli.options import command_parser, common, flags, typed_options
+from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
 from gbpn.errors import GBPNError
+from gbpn.train.config import MAX_SEED
 
 __all__ = ["COMMANDS", "build_parser", "main", "typed_options"]
 logger = logging.getLogger("gbpn")
@@ -36,7 +36,7 @@ MAX_COUNT = 2**31 - 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.",
+    parser = Parser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.",
                                      epilog="Progress bars show on a terminal only; messages go to stderr through "
                                             "logging, results to stdout.")
     parser.add_argument("--version", action="version", version=f"gbpn {gbpn.__version__}")
@@ -61,7 +61,10 @@ def _set_threads(args: argparse.Namespace) -> None:
     if args.threads > cap:  # the fused kernels' per-thread buffers and thread pool grow with it
         logger.warning(f"--threads {args.threads} is more than the {cap} CPU(s) this process may use; using {cap}")
         args.threads = cap
-    torch.set_num_threads(args.threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(args.threads)
+    else:  # PyTorch takes its thread count from here when the command loads it (not before: it takes seconds)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
 
 @contextlib.contextmanager
@@ -110,13 +113,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     _check_values(parser, args)
     args.argv = argv  # what was typed: some checks ask which options were given, whatever their values
-    if distributed.launched():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun (gbpn.distributed.launched, without torch)
         return _main_distributed(args)
     return _run(args)
 
 
 def _main_distributed(args: argparse.Namespace) -> int:
     """Under ``torchrun``: join the process group, let only rank 0 speak, leave the group at the end."""
+    from gbpn import distributed
+
     if args.command not in DISTRIBUTED_COMMANDS:
         with _logging_to_stderr(0, False):
             logger.error(f"gbpn {args.command}: does not run under torchrun (only {' and '.join(DISTRIBUTED_COMMANDS)} "
@@ -150,6 +155,8 @@ def _main_distributed(args: argparse.Namespace) -> int:
 
 def _out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is an allocation that failed (CPU or CUDA), not a bug."""
+    import torch
+
     cuda_oom = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)  # torch.OutOfMemoryError: 2.5+
     return isinstance(err, (MemoryError, cuda_oom)) or "can't allocate memory" in str(err)
 
@@ -157,8 +164,11 @@ def _out_of_memory(err: BaseException) -> bool:
 def _run(args: argparse.Namespace) -> int:
     with _logging_to_stderr(args.verbose, args.quiet):
         _set_threads(args)
-        logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-                     f"{vars(args)}")
+        if args.verbose:  # PyTorch loads here only when asked: a command's own checks answer before it does
+            import torch
+
+            logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+                         f"{vars(args)}")
         try:
             return COMMANDS[args.command].run(args)
         except GBPNError as err:

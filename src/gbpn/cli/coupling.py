@@ -4,8 +4,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from gbpn.cli.options import add_threads
 
 
@@ -17,6 +15,8 @@ def add_parser(sub, common) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from gbpn.experiments.coupling import compare_couplings, plot_couplings, save_coupling_csv
     from gbpn.train.checkpoint import load_checkpoint
 

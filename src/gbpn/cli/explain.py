@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import logging
 
-from gbpn import api
 from gbpn.cli.options import NON_NEGATIVE, POSITIVE, add_checkpoint_args, add_threads
 from gbpn.cli.output import file_in
 from gbpn.cli.predict import loaded
@@ -24,6 +23,7 @@ def add_parser(sub, common) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gbpn import api
     from gbpn.experiments.explain import format_explanation
     from gbpn.io import write_json
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 from typing import Dict, Iterable, List, Tuple
 
 from gbpn.train.config import OPTIONS, PARTS
@@ -119,6 +120,18 @@ def add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None
     add_option(p, "batch_size", default=256, help="target nodes per mini-batch (default: 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
     add_threads(p)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, taking ``-1e-3``, ``-1E5`` and ``-inf`` as values, as it takes ``-0.001``: a
+    negative number in scientific notation then reaches the option's range check, which names the
+    option and its range, instead of argparse's "expected one argument" (subcommands inherit it)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # the attribute argparse itself reads to tell a negative number from an option
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
+                                                   re.IGNORECASE)
 
 
 def common() -> argparse.ArgumentParser:

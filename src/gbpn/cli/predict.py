@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
-import torch
-
-from gbpn import api
 from gbpn.cli.options import NON_NEGATIVE, POSITIVE, add_checkpoint_args, add_option, add_threads, given
 from gbpn.cli.output import file_in
-from gbpn.distributed import rank_and_world
-from gbpn.distributed.partition import PARTITIONERS
 from gbpn.errors import GBPNError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from gbpn import api
 
 
 def add_parser(sub, common) -> None:
@@ -29,8 +29,9 @@ def add_parser(sub, common) -> None:
     p.add_argument("--half-messages", action="store_true",
                    help="large graphs: one bfloat16 message buffer per undirected edge, updated in place "
                         "(about a quarter of the default's message memory)")
-    p.add_argument("--partitioner", choices=list(PARTITIONERS), default="auto",
-                   help="under torchrun: how nodes are split into one part per process; refined: degree-balanced "
+    p.add_argument("--partitioner", default="auto",
+                   help="under torchrun: how nodes are split into one part per process (auto, metis, refined or "
+                        "ranges); refined: degree-balanced "
                         "ranges improved by balanced label propagation; auto: METIS (pymetis) up to 50 M directed "
                         "edges, else refined (default: auto)")
     p.add_argument("--parts-file", default=None,
@@ -48,10 +49,17 @@ def add_parser(sub, common) -> None:
 
 def loaded(args: argparse.Namespace) -> api.Loaded:
     """The checkpoint and its graph as the command's options name them."""
+    from gbpn import api
+
     return api.load(args.checkpoint, args.dataset, args.data_dir, args.sample, args.header, args.known)
 
 
 def run(args: argparse.Namespace) -> int:
+    from gbpn import api
+    from gbpn.distributed import rank_and_world
+    from gbpn.distributed.partition import resolve_partitioner
+
+    resolve_partitioner(args.partitioner, 0)  # a name it does not know: refused before anything loads
     partitioner = bool(given(args, ["predict"], ("partitioner",)))
     for flag, set_ in (("--per-rank", args.per_rank), ("--parts-file", args.parts_file),
                        ("--partitioner", partitioner)):
@@ -68,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_probabilities(output: str, probs: np.ndarray, run: api.Loaded, nodes: Optional[torch.Tensor] = None) -> None:
+    import numpy as np
+
     from gbpn.io import write_predictions
 
     mask = run.mask
@@ -89,6 +99,9 @@ def _partitioned_predict(args: argparse.Namespace, run: api.Loaded, output: str)
     """``gbpn predict`` under torchrun: partitioned BP on the CPU; rank 0 writes the CSV (or, with
     ``--per-rank``, every rank its own part) and a JSON report (partition, seconds per step, bytes
     per step, the CSV files, versions) beside it."""
+    import torch
+
+    from gbpn.distributed import rank_and_world
     from gbpn.distributed.inference import partitioned_beliefs, partitioned_predict
     from gbpn.io import versions, write_json
 

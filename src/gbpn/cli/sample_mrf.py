@@ -6,9 +6,6 @@ import io
 import math
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from gbpn.cli.options import NON_NEGATIVE, POSITIVE, add_threads
 from gbpn.errors import GBPNError
 
@@ -32,6 +29,9 @@ def add_parser(sub, common) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import torch
+
     from gbpn.data.mrf import make_synthetic
     from gbpn.io import atomic_write, write_json
 

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from gbpn import api
 from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, given
 from gbpn.cli.output import mean_std
-from gbpn.distributed import rank_and_world
 from gbpn.train.config import OPTIONS, TrainConfig
 
 
@@ -33,7 +31,12 @@ def add_parser(sub, common) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.config is None:  # the options' own checks first: a value out of range answers before PyTorch loads
+        config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
+        config.validate()
+    from gbpn import api
     from gbpn.data.datasets import dataset_name
+    from gbpn.distributed import rank_and_world
 
     if args.config is not None:
         api.check_rerun(given(args, ["train"], vars(args)))
@@ -44,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
         header = args.header
-        config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
         api.check_applicable(config, given(args, ["train"], OPTIONS))
     result, output = api.train(dataset, config, trials, seed, args.output, data_dir, sample, header=header,
                                save_trials=args.save_trials, progress=not args.quiet)

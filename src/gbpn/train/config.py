@@ -20,14 +20,15 @@ import copy
 import math
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
-from typing import Dict, Iterator, Optional, Tuple
-
-import torch
+from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
 
 from gbpn.errors import GBPNError
 from gbpn.models.encoders import EncoderConfig, encoder_options
 from gbpn.models.encoders.registry import validate_encoder
 from gbpn.train.metrics import METRICS
+
+if TYPE_CHECKING:
+    import torch
 
 VARIANTS = ("gbpn", "gbpn-i")
 
@@ -123,6 +124,9 @@ class EvaluationConfig:
                                        least=1)
 
 
+# torch and NumPy read seeds modulo 2^32: a seed (with every trial's, seed + trial) must stay below
+MAX_SEED = 2**32 - 1
+
 PARTS = {"model": ModelConfig, "encoder": EncoderConfig, "optim": OptimConfig, "sampling": SamplingConfig,
          "evaluation": EvaluationConfig}
 
@@ -192,7 +196,8 @@ class TrainConfig:
         for name, value, least in (("epochs", o.epochs, 1), ("num_steps", m.num_steps, 0), ("hidden", m.hidden, 1)):
             if not isinstance(value, int) or value < least:
                 raise GBPNError(f"{_option(name)} must be a whole number >= {least}, got {value}")
-        resolve_device(self.device)
+        if self.device not in ("cpu", "auto"):  # those two need no check (nor PyTorch loaded to make one)
+            resolve_device(self.device)
         if o.patience is not None and o.patience < 1:
             raise GBPNError(f"{_option('patience')} must be a positive number of epochs, got {o.patience}")
         if m.dropout is not None and not 0 <= m.dropout < 1:
@@ -347,6 +352,8 @@ def _option(name: str) -> str:
 def resolve_device(name: str) -> torch.device:
     """``torch.device`` for ``name`` (``"auto"``: CUDA when available); a clear error when a
     CUDA device is asked for on a machine without one."""
+    import torch  # here, not above: the config (and the command line's parser with it) loads without it
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -1,11 +1,12 @@
 """Scores of predicted log-beliefs against labels."""
 from __future__ import annotations
 
-from typing import Dict, Optional
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Dict, Optional
 
 from gbpn.errors import GBPNError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 def f1_with_val_threshold(log_belief: Tensor, y: Tensor, val_mask: Tensor, test_mask: Tensor,

@@ -1,7 +1,6 @@
 """``gcn``, ``sage``, ``gat``: a stack of PyG message-passing layers, trained full batch."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import torch
@@ -11,21 +10,8 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.base import GraphInput, adjacency_csr, linear_map
+from gbpn.models.encoders.options import GNNOptions  # noqa: F401  (its options, with the encoder)
 from gbpn.models.mlp import dropout
-
-
-@dataclass
-class GNNOptions:
-    """The options of the ``gcn``, ``sage`` and ``gat`` encoders (``separate`` is the encoder config's own)."""
-
-    num_layers: int = field(default=2, metadata={"help": "gcn/sage/gat: message-passing layers (default: 2)",
-                                                 "flag": "--potential-layers", "flat": "potential_layers"})
-    residual: bool = field(default=False, metadata={"help": "gcn/sage/gat: residual connections"})
-    layer_norm: bool = field(default=False, metadata={"help": "gcn/sage/gat: LayerNorm before each layer"})
-
-    def validate(self) -> None:
-        if self.num_layers < 1:
-            raise GBPNError("--potential-hops and --potential-layers must be at least 1")
 
 
 class GNNEncoder(nn.Module):
@@ -134,16 +120,12 @@ class GNNEncoder(nn.Module):
                 f"layer_norm={self.layer_norm}, separate={self.separate}, dropout={self.dropout})")
 
 
-def check_sage(separate: bool) -> None:
-    """SAGE always keeps a node's own weight: ``separate=False`` is refused before training."""
-    if not separate:
-        raise GBPNError("the sage potential always keeps a node's own weight (its root weight): --no-separate "
-                        "applies to sign, gcn and gat")
-
-
 def builder(conv: str):
     """The build function of the ``conv`` encoder (``num_hidden`` is the MLP's; a GNN counts layers)."""
     def build(in_channels: int, num_classes: int, hidden_channels: int, num_hidden: int, dropout: float,
               precision: str, **options) -> GNNEncoder:
         return GNNEncoder(in_channels, num_classes, conv, hidden_channels, dropout=dropout, **options)
     return build
+
+
+build_gcn, build_sage, build_gat = builder("gcn"), builder("sage"), builder("gat")

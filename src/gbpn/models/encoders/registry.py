@@ -7,13 +7,15 @@ checks of options given for another encoder all follow from the table.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import asdict, dataclass, field, make_dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
-
-from torch import nn
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
-from gbpn.models.encoders import dagnn, gnn, linkx, mlp, sign
+from gbpn.models.encoders.options import GNNOptions, SignOptions, check_sage
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,9 @@ class EncoderSpec:
 
     Attributes:
         name: its ``--potential`` name.
-        build: ``build(in_channels, num_classes, hidden_channels, num_hidden, dropout, precision, **options)``.
+        build: ``"module:function"`` of ``build(in_channels, num_classes, hidden_channels, num_hidden, dropout,
+            precision, **options)``, imported when an encoder is built (the table itself loads without
+            PyTorch, for the command line's parser).
         summary: how ``--potential``'s help describes it (encoders that share one are listed together).
         options: the dataclass of the options a user sets (flags of ``gbpn train``, a part of
             ``config.json``), or ``None``; encoders that take the same options share one.
@@ -35,7 +39,7 @@ class EncoderSpec:
     """
 
     name: str
-    build: Callable[..., nn.Module]
+    build: str
     summary: str
     options: Optional[type] = None
     group: str = ""
@@ -49,17 +53,17 @@ class EncoderSpec:
 _GNN = "gcn/sage/gat (PyG layers, full batch only)"
 _GNN_ACCEPTS = frozenset({"num_layers", "residual", "layer_norm", "separate", "heads"})
 SPECS: Tuple[EncoderSpec, ...] = (
-    EncoderSpec("mlp", mlp.build, "mlp (the paper's, own features only)", mini_batch=True,
+    EncoderSpec("mlp", "mlp:build", "mlp (the paper's, own features only)", mini_batch=True,
                 precisions=("fp32", "bf16")),
-    EncoderSpec("sign", sign.build, "sign (precomputed neighbourhood features [x, Ax, A^2x])", sign.SignOptions,
+    EncoderSpec("sign", "sign:build", "sign (precomputed neighbourhood features [x, Ax, A^2x])", SignOptions,
                 "sign", separate=True, accepts=frozenset({"hops", "separate"}), mini_batch=True),
-    EncoderSpec("gcn", gnn.builder("gcn"), _GNN, gnn.GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
-    EncoderSpec("sage", gnn.builder("sage"), _GNN, gnn.GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS,
-                check=gnn.check_sage),
-    EncoderSpec("gat", gnn.builder("gat"), _GNN, gnn.GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
-    EncoderSpec("dagnn", dagnn.build, "dagnn (an MLP's outputs propagated 10 hops with learned retention; full "
+    EncoderSpec("gcn", "gnn:build_gcn", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
+    EncoderSpec("sage", "gnn:build_sage", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS,
+                check=check_sage),
+    EncoderSpec("gat", "gnn:build_gat", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
+    EncoderSpec("dagnn", "dagnn:build", "dagnn (an MLP's outputs propagated 10 hops with learned retention; full "
                 "batch)", accepts=frozenset({"K"})),
-    EncoderSpec("linkx", linkx.build, "linkx (a node's features and adjacency row mapped apart; full batch, tied "
+    EncoderSpec("linkx", "linkx:build", "linkx (a node's features and adjacency row mapped apart; full batch, tied "
                 "to the training graph)", accepts=frozenset({"num_nodes"})),
 )
 _BY_NAME: Dict[str, EncoderSpec] = {s.name: s for s in SPECS}
@@ -103,7 +107,9 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
     if set(options) - entry.accepts:
         raise GBPNError(f"the {potential} potential takes {', '.join(sorted(entry.accepts))}; got "
                         f"{', '.join(sorted(set(options) - entry.accepts))}")
-    return entry.build(in_channels, num_classes, hidden_channels, num_hidden, dropout, precision, **options)
+    module, function = entry.build.split(":")
+    build = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return build(in_channels, num_classes, hidden_channels, num_hidden, dropout, precision, **options)
 
 
 def _groups() -> Dict[str, type]:

@@ -3,7 +3,6 @@ per graph, then a linear map per hop and an MLP (no message passing at train tim
 trees and on Products-sized graphs like the MLP)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
 import torch
@@ -12,19 +11,8 @@ from torch import Tensor, nn
 
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.base import adjacency_csr, linear_map
+from gbpn.models.encoders.options import SignOptions  # noqa: F401  (its options, with the encoder)
 from gbpn.models.mlp import MLP, dropout
-
-
-@dataclass
-class SignOptions:
-    """The ``sign`` encoder's options (``separate`` is the encoder config's own)."""
-
-    hops: int = field(default=2, metadata={"help": "sign: propagation hops (default: 2)", "flag": "--potential-hops",
-                                           "flat": "potential_hops"})
-
-    def validate(self) -> None:
-        if self.hops < 1:
-            raise GBPNError("--potential-hops and --potential-layers must be at least 1")
 
 
 def propagation_matrix(edge_index: Tensor, num_nodes: int, separate: bool = True,
