@@ -112,6 +112,7 @@ def check_applicable(config: TrainConfig, given: Mapping[str, str]) -> None:
     rules = ((("fanout", "num_hops", "sampler", "exp3_gamma"), config.batch_size is not None,
               "mini-batch training (--batch-size)"),
              (("tol", "max_steps"), config.backward == "implicit", "--backward implicit"),
+             (("max_triangles_per_node",), config.motifs == "triangle", "--motifs triangle"),
              *_encoder_rules(config.potential))
     for names, applies, what in rules:
         set_ = [flag for name, flag in given.items() if name in names]

@@ -43,4 +43,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"against the true coupling (scale removed): relative error {cmp['relative_error']:.3f}, "
               f"correlation {cmp['correlation']:.3f}")
     print(f"heatmap saved to {out} (and .svg), values to {out.with_suffix('.csv')}")
+    triangle = getattr(model.bp, "triangle", None)
+    if triangle is not None:  # a --motifs triangle model
+        _show_triangle(triangle, H, names, meta, out.with_name("triangle.png"))
     return 0
+
+
+def _show_triangle(triangle, H, names, meta, out: Path) -> None:
+    """The learned triangle factor: what :func:`~gbpn.experiments.coupling.triangle_report` says, its
+    slices as heatmaps (the CP factors for more than 12 classes) and its entries as CSV."""
+    import numpy as np
+
+    from gbpn.experiments.coupling import plot_cp_factors, plot_triangle, save_triangle_csv, triangle_report
+
+    T, c = triangle.T.double().numpy(), triangle.num_classes
+    true_T = None if meta.get("true_triangle") is None else np.asarray(meta["true_triangle"])
+    title = f"triangle factor T ({triangle.form} form): {meta.get('dataset', '')}"
+    save_triangle_csv(out.with_suffix(".csv"), T, names)
+    for path in (out, out.with_suffix(".svg")):
+        if c <= 12:
+            plot_triangle(T, path, names, true_T, suptitle=title)
+        else:
+            plot_cp_factors(triangle.log_factors.detach().double().numpy(), path, names, suptitle=title)
+    print("\n".join(triangle_report(T, H, names, true_T)))
+    print(f"triangle factor {'slices' if c <= 12 else 'CP factors'} saved to {out} (and .svg), values to "
+          f"{out.with_suffix('.csv')}")

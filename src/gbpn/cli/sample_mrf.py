@@ -17,6 +17,12 @@ def add_parser(sub, common) -> None:
     m.add_argument("--size", type=int, default=51, help="grid side n (n x n nodes; default: 51)")
     m.add_argument("--coupling", type=float, nargs="+", default=None,
                    help="coupling H row by row (c*c positive numbers; default: the kind's documented default)")
+    m.add_argument("--triangle-coupling", type=float, default=None, metavar="S",
+                   help="a triangular lattice (n x n nodes, every interior node in six triangles) with a triangle "
+                        "factor of strength S instead of the grid: log T = S s_i s_j s_k (s = -1, +1) for the ising "
+                        "kinds, which no pairwise coupling can express; log T = S [all three equal] for the mrf "
+                        "kinds. No pairwise coupling unless --coupling; the field favours class a in the a-th "
+                        "angular sector (default: the grid)")
     m.add_argument("--samples", type=POSITIVE, default=10, help="label samples to draw (default: 10)")
     m.add_argument("--sample", type=int, default=0, help="which sample becomes labels.csv (default: 0)")
     m.add_argument("--burn-in", type=NON_NEGATIVE, default=1000, help="sweeps discarded first (default: 1000)")
@@ -48,8 +54,20 @@ def run(args: argparse.Namespace) -> int:
         want = 2 if args.kind.startswith("ising") else 3
         if c != want or not torch.allclose(coupling, coupling.T):
             raise GBPNError(f"--coupling for {args.kind} must be a symmetric {want}x{want} matrix")
-    data = make_synthetic(args.kind, n=args.size, coupling=coupling, num_samples=args.samples, sample=args.sample,
-                          burn_in=args.burn_in, thin=args.thin, seed=args.seed, progress=not args.quiet)
+    triangle = args.triangle_coupling
+    if triangle is not None:
+        from gbpn.data.triangle_mrf import make_triangle_mrf
+
+        if not abs(triangle) <= 40:  # NaN fails too; |log T| of e^40 keeps float32 BP exact
+            raise GBPNError(f"--triangle-coupling must be a number in [-40, 40], got {triangle}")
+        data = make_triangle_mrf(args.size, args.size, 2 if args.kind.startswith("ising") else 3,
+                                 triangle_strength=triangle, num_samples=args.samples, sample=args.sample,
+                                 burn_in=args.burn_in, thin=args.thin, seed=args.seed,
+                                 log_H=None if coupling is None else coupling.log())
+    else:
+        data = make_synthetic(args.kind, n=args.size, coupling=coupling, num_samples=args.samples,
+                              sample=args.sample, burn_in=args.burn_in, thin=args.thin, seed=args.seed,
+                              progress=not args.quiet)
     out = Path(args.output)
     und = data.edge_index[:, data.edge_index[0] < data.edge_index[1]].T.numpy()
 
@@ -63,8 +81,13 @@ def run(args: argparse.Namespace) -> int:
     atomic_write(out / "labels.csv", lambda fh: fh.write(table(data.y.numpy(), "%d", "label")))
     atomic_write(out / "label_samples.csv", lambda fh: fh.write(
         table(data.y_samples.T.numpy(), "%d", ",".join(f"sample_{k}" for k in range(args.samples)))))
-    write_json(out / "mrf.json", {"kind": args.kind, "size": args.size, "coupling": data.true_H.tolist(),
+    lattice = {} if triangle is None else {
+        "lattice": "triangular", "triangle_coupling": triangle, "triangles": int(data.triangle_index.size(1)),
+        "triangle_potential": data.true_T.tolist()}
+    write_json(out / "mrf.json", {"kind": args.kind, "size": args.size, "coupling": data.true_H.tolist(), **lattice,
                                    "samples": args.samples, "sample": args.sample, "burn_in": args.burn_in,
                                    "thin": args.thin, "seed": args.seed})
-    print(f"wrote a {args.size}x{args.size} {args.kind} grid ({data.num_nodes} nodes) to {out}")
+    what = "grid" if triangle is None else "triangular lattice"
+    extra = "" if triangle is None else f", {int(data.triangle_index.size(1))} triangles"
+    print(f"wrote a {args.size}x{args.size} {args.kind} {what} ({data.num_nodes} nodes{extra}) to {out}")
     return 0

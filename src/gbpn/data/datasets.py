@@ -30,6 +30,7 @@ from torch_geometric.data import Data
 from gbpn.data.byo import load_byo
 from gbpn.data.graph import clean_graph, validate_data
 from gbpn.data.mrf import SYNTHETIC_KINDS, make_synthetic
+from gbpn.data.triangle_mrf import make_triangle_mrf
 from gbpn.errors import DatasetNotFoundError, GBPNError
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
@@ -40,6 +41,11 @@ YANDEX = {"chameleon-filtered": "chameleon_filtered", "squirrel-filtered": "squi
           "chameleon-yandex": "chameleon", "squirrel-yandex": "squirrel"}
 OGB = ("ogbn-arxiv", "ogbn-products")
 REFERENCE_GRIDS = SYNTHETIC_KINDS
+# the triangle MRF of issue 50: a 32 x 32 triangular lattice, two classes, the three-spin triangle potential
+# (no pairwise coupling), the angular field (gbpn.data.triangle_mrf)
+TRIANGLE_MRF = "synth-triangle"
+TRIANGLE_MRF_SETTINGS = {"rows": 32, "cols": 32, "num_classes": 2, "pair_strength": 0.0, "triangle_strength": 0.5,
+                         "field_strength": 0.5}
 ALIASES = {"county_facebook": "election", "sexual_interaction": "sexual"}
 log = logging.getLogger(__name__)
 
@@ -78,7 +84,7 @@ def available_datasets() -> List[str]:
     return (
         list(PLANETOID) + list(COAUTHOR) + list(WIKIPEDIA) + list(YANDEX) + ["election", "sexual", "elliptic"] + list(OGB)
         + list(REFERENCE_GRIDS)
-        + [f"synth-{k}" for k in SYNTHETIC_KINDS]
+        + [f"synth-{k}" for k in SYNTHETIC_KINDS] + [TRIANGLE_MRF]
     )
 
 
@@ -445,7 +451,7 @@ def load_dataset(
              **dict.fromkeys(WIKIPEDIA, _wikipedia), **dict.fromkeys(YANDEX, _yandex), **dict.fromkeys(OGB, _ogb),
              "elliptic": lambda _key, where: _elliptic(where)}
     built_in = (key in files or key in ("election", "sexual") or key in REFERENCE_GRIDS
-                or (key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS))
+                or (key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS) or key == TRIANGLE_MRF)
     if header is not None and built_in:
         raise GBPNError(f"--header / --no-header describe your own folder's CSV files; {name} is a built-in data "
                         "set: leave it out")
@@ -462,6 +468,8 @@ def load_dataset(
         data = make_synthetic(key[6:], sample=sample, seed=seed)
     else:
         check_dataset_name(name)
+    elif key == TRIANGLE_MRF:
+        data = make_triangle_mrf(**TRIANGLE_MRF_SETTINGS, sample=sample, seed=seed)
         data = load_byo(Path(name).expanduser(), header)
         key = Path(name).name
     data.name = key

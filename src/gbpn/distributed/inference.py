@@ -96,6 +96,9 @@ def partitioned_beliefs(
     an earlier run on the same graph and number of ranks), else computed and saved there, so
     repeated inference partitions once, as an offline step would."""
     model.eval()
+    if getattr(model, "motifs", "none") != "none":
+        raise GBPNError("partitioned inference runs pairwise BP; a triangle model (--motifs triangle) predicts in one "
+                        "process (leave out torchrun)")
     rank, world = rank_and_world()
     pairs = graph_pairs(data)
     num_nodes, c = data.num_nodes, model.num_classes

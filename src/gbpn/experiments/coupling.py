@@ -11,11 +11,24 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from gbpn.io import atomic_write, pyplot
+
+
+def _names(class_names: Optional[Sequence[str]], c: int) -> list:
+    """The class names when there is one per class, else the class numbers."""
+    return list(class_names) if class_names and len(class_names) == c else [str(k) for k in range(c)]
+
+
+def _save(plt, fig, path: str | Path) -> None:
+    """Write ``fig`` to ``path`` atomically, in the format its suffix names (PNG without one), and close it."""
+    path = Path(path)
+    atomic_write(path, lambda fh: fig.savefig(fh, format=path.suffix.lstrip(".") or "png", dpi=120,
+                                              bbox_inches="tight"), mode="wb")
+    plt.close(fig)
 
 
 def centred_log(H: np.ndarray) -> np.ndarray:
@@ -37,7 +50,7 @@ def compare_couplings(learned: np.ndarray, true: np.ndarray) -> Dict[str, float]
 
 def save_coupling_csv(path: str | Path, H: np.ndarray, class_names: Optional[Sequence[str]] = None) -> None:
     c = H.shape[0]
-    names = list(class_names) if class_names and len(class_names) == c else [str(k) for k in range(c)]
+    names = _names(class_names, c)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")  # class names may hold commas or quotes
     w.writerow(["class", *names])
@@ -53,7 +66,7 @@ def plot_couplings(
 
     mats = {k: np.exp(centred_log(v)) for k, v in matrices.items()}
     c = next(iter(mats.values())).shape[0]
-    names = list(class_names) if class_names and len(class_names) == c else [str(k) for k in range(c)]
+    names = _names(class_names, c)
     vmin = min(m.min() for m in mats.values())
     vmax = max(m.max() for m in mats.values())
     fig, axes = plt.subplots(1, len(mats), figsize=(1.0 + (0.6 * c + 1.2) * len(mats), 1.4 + 0.55 * c), squeeze=False)
@@ -74,10 +87,7 @@ def plot_couplings(
     fig.colorbar(im, ax=list(axes[0]), label="H (scaled: mean log H = 0)")
     if suptitle:
         fig.suptitle(suptitle)
-    path = Path(path)
-    atomic_write(path, lambda fh: fig.savefig(fh, format=path.suffix.lstrip(".") or "png", dpi=120,
-                                              bbox_inches="tight"), mode="wb")
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500, seed: int = 0,
@@ -110,3 +120,99 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
         buf.write(f"{k},{r['relative_error']:.6g},{r['correlation']:.6g},{r['max_abs_log_diff']:.6g},{r['test_accuracy']:.6g}\n")
     atomic_write(out / "identifiability.csv", lambda fh: fh.write(buf.getvalue()))
     return results
+
+
+def favoured_third(T: np.ndarray) -> np.ndarray:
+    r"""For a triangle factor :math:`T` ``[c, c, c]``: ``[c, c]``, the third label :math:`k` that a triangle
+    whose other two corners hold :math:`a` and :math:`b` favours most, :math:`\arg\max_k T_{abk}`."""
+    return np.asarray(T).argmax(axis=2)
+
+
+def save_triangle_csv(path: str | Path, T: np.ndarray, class_names: Optional[Sequence[str]] = None) -> None:
+    """Every entry of a triangle factor, one row per ``(a, b, k)``, scale removed (mean of log T is 0)."""
+    c = T.shape[0]
+    names = _names(class_names, c)
+    scaled = np.exp(centred_log(T))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["class_a", "class_b", "class_k", "T"])
+    w.writerows([names[a], names[b], names[k], f"{scaled[a, b, k]:.6g}"]
+                for a in range(c) for b in range(c) for k in range(c))
+    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def plot_triangle(T: np.ndarray, path: str | Path, class_names: Optional[Sequence[str]] = None,
+                  true_T: Optional[np.ndarray] = None, suptitle: str = "") -> None:
+    """Heatmaps of a triangle factor, one slice :math:`T_{\\cdot\\cdot k}` per third label :math:`k` (scale
+    removed, one colour scale), with the true factor's slices in a second row when given."""
+    plt = pyplot()
+
+    rows = {"learned": np.exp(centred_log(T))}
+    if true_T is not None:
+        rows = {"true": np.exp(centred_log(true_T)), **rows}
+    c = T.shape[0]
+    names = _names(class_names, c)
+    vmin, vmax = min(m.min() for m in rows.values()), max(m.max() for m in rows.values())
+    fig, axes = plt.subplots(len(rows), c, figsize=(1.0 + (0.5 * c + 1.0) * c, (1.0 + 0.5 * c) * len(rows) + 0.6),
+                             squeeze=False)
+    for r, (what, M) in enumerate(rows.items()):
+        for k in range(c):
+            ax = axes[r][k]
+            im = ax.imshow(M[:, :, k], cmap="viridis", vmin=vmin, vmax=vmax)
+            ax.set_xticks(range(c), names, rotation=45, ha="right")
+            ax.set_yticks(range(c), names)
+            ax.set_title(f"{what}: third = {names[k]}", fontsize=9)
+            if c <= 6:
+                for i in range(c):
+                    for j in range(c):
+                        ax.text(j, i, f"{M[i, j, k]:.2f}", ha="center", va="center", fontsize=7,
+                                color="w" if M[i, j, k] < (vmin + vmax) / 2 else "k")
+    fig.colorbar(im, ax=[a for row in axes for a in row], label="T (scaled: mean log T = 0)")
+    if suptitle:
+        fig.suptitle(suptitle)
+    _save(plt, fig, path)
+
+
+def triangle_report(T: np.ndarray, H: np.ndarray, class_names: Sequence[str],
+                    true_T: Optional[np.ndarray] = None) -> List[str]:
+    r"""Lines that read a learned triangle factor: per pair of corner labels :math:`(a, b)` the third
+    label it favours and by how much (:math:`\max_k T_{abk} / \mathrm{mean}_k T_{abk}`); how far
+    :math:`\log T` departs from a constant (its std, scale removed: 0 is a triangle factor that adds
+    nothing to :math:`H`); the correlation with the true factor when known."""
+    c = T.shape[0]
+    L = centred_log(T)
+    fav = favoured_third(T)
+    width = max(8, max(len(n) for n in class_names) + 1)
+    cell = max(width, max(len(n) for n in class_names) + 7)
+    lines = ["triangle factor T: the third label a triangle favours, given its other two corners' labels "
+             "(row, column), and max_k T / mean_k T:", " " * width + "".join(f"{n:>{cell}}" for n in class_names)]
+    for a in range(c):
+        lines.append(f"{class_names[a]:>{width}}" + "".join(
+            f"{class_names[fav[a, b]] + ' x' + format(T[a, b].max() / T[a, b].mean(), '.2f'):>{cell}}"
+            for b in range(c)))
+    lines.append(f"std of log T (scale removed): {L.std():.3f} (0: T adds nothing to the coupling H, whose log "
+                 f"std is {centred_log(H).std():.3f})")
+    if true_T is not None:
+        cmp = compare_couplings(T, np.asarray(true_T))
+        lines.append(f"against the true triangle factor (scale removed): relative error {cmp['relative_error']:.3f}, "
+                     f"correlation {cmp['correlation']:.3f}")
+    return lines
+
+
+def plot_cp_factors(log_u: np.ndarray, path: str | Path, class_names: Optional[Sequence[str]] = None,
+                    suptitle: str = "") -> None:
+    """Heatmap of a CP triangle factor's :math:`u` ``[R, c]`` (rank by class), for many classes, where
+    the slices of :func:`plot_triangle` would be too many to read."""
+    plt = pyplot()
+
+    R, c = log_u.shape
+    names = _names(class_names, c)
+    fig, ax = plt.subplots(figsize=(1.5 + 0.3 * c, 1.0 + 0.3 * R))
+    im = ax.imshow(np.exp(log_u), cmap="viridis", aspect="auto")
+    ax.set_xticks(range(c), names, rotation=90)
+    ax.set_xlabel("class")
+    ax.set_ylabel("rank r")
+    fig.colorbar(im, ax=ax, label="u_r(class): T = sum_r u_r(a) u_r(b) u_r(k)")
+    if suptitle:
+        ax.set_title(suptitle)
+    _save(plt, fig, path)

@@ -30,6 +30,9 @@ from gbpn.data.features import prepare_features
 def explain_node(model: GBPN, data: Data, node: int, known_mask: Optional[Tensor] = None,
                  class_names: Optional[Sequence[str]] = None) -> Dict:
     """Self-potential, final belief and every neighbour's message contribution for ``node``."""
+    if getattr(model, "motifs", "none") != "none":
+        raise GBPNError("gbpn explain splits a belief into pairwise messages; a triangle model (--motifs triangle) "
+                        "also holds triangle messages, which it does not report yet")
     n = data.num_nodes
     if not 0 <= node < n:
         raise GBPNError(f"node must be in 0..{n - 1}, got {node}")

@@ -93,7 +93,7 @@ def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split:
     """What a checkpoint of one trained model records besides its weights."""
     return {
         "model_args": model_args(data.num_features, int(data.num_classes), res.config, res.metrics["dropout"],
-                                 data.num_nodes),
+                                 data.num_nodes, seed),
         "variant": res.config.variant, "dataset": data.name, "source": source, "sample": sample, "seed": seed,
         "split": split, "labels_sha1": labels_fingerprint(data.y),
         "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
@@ -101,6 +101,7 @@ def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split:
     }
 
 
+        **({"true_triangle": data.true_T.tolist()} if hasattr(data, "true_T") else {}),
 def save_trial_outputs(out: Path, stem: str, data, res, meta: Dict) -> Tuple[str, str]:
     """``checkpoints/<stem>.pt`` and ``predictions/<stem>.csv`` of one trained model (evidence: the
     training labels for GBPN, none for GBPN-I); their paths relative to ``out``."""

@@ -7,10 +7,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gbpn.graph.adjacency import to_edge_index
+from gbpn.graph.triangles import enumerate_triangles
 from gbpn.bp.layer import BeliefPropagation
+from gbpn.bp.motifs import MotifBeliefPropagation
 from gbpn.bp.validation import check_node_ids, check_not_meta
 from gbpn.models.encoders import build_encoder
 from gbpn.models.mlp import check_sizes
+
+MOTIFS = ("none", "triangle")
 
 
 class GBPN(nn.Module):
@@ -47,12 +51,22 @@ class GBPN(nn.Module):
             :data:`gbpn.models.encoders.ENCODERS`. (default: ``"mlp"``)
         potential_options (dict, optional): the encoder's own options
             (:func:`gbpn.models.encoders.build_encoder`), e.g. ``{"hops": 3}``.
+        motifs (str, optional): ``"none"`` (the paper's pairwise model) or ``"triangle"``: a shared
+            triangle factor :math:`T` on every triangle of the graph as well,
+            :class:`~gbpn.bp.motifs.MotifBeliefPropagation` (eager; ``backward="implicit"`` is refused).
+            (default: ``"none"``)
+        max_triangles_per_node (int, optional): with ``motifs="triangle"``, the cap of
+            :func:`~gbpn.graph.triangles.enumerate_triangles` (sampled, seeded by ``triangle_seed``).
+            (default: ``None``, every triangle)
+        triangle_seed (int, optional): seed of the cap's sampling. (default: ``0``)
+        triangle_form (str, optional): ``"full"`` or ``"cp"`` (default: full below 10 classes).
 
     Shapes:
         - **input:** ``x`` ``[N, F]`` (dense or sparse COO; or what :meth:`precompute`
           returned for this graph), ``edge_index`` ``[2, E]``, ``edge_weight`` ``[E]``,
           keyword-only ``rev_index`` ``[E]``, ``known_labels``/``known_mask`` ``[N]``,
-          ``message_weight`` ``[E]``
+          ``message_weight`` ``[E]``, ``triangles`` ``[3, T]`` (triangle models: from
+          :meth:`triangles_of`, enumerated per call when not given)
         - **output:** normalised log-beliefs ``[N, c]`` (plus residuals and/or final
           messages on request, as for :class:`~gbpn.bp.layer.BeliefPropagation`)
     """
@@ -73,17 +87,32 @@ class GBPN(nn.Module):
         potential: str = "mlp",
         potential_options: Optional[Dict] = None,
         backward: str = "unroll",
+        motifs: str = "none",
+        max_triangles_per_node: Optional[int] = None,
+        triangle_seed: int = 0,
+        triangle_form: Optional[str] = None,
     ):
         super().__init__()
         check_sizes(hidden_channels, num_hidden, dropout)
+        if motifs not in MOTIFS:
+            raise ValueError(f"motifs must be one of {', '.join(MOTIFS)}, got {motifs!r}")
+        if motifs == "triangle" and backward == "implicit":
+            raise ValueError("backward='implicit' is not implemented with triangle factors: use backward='unroll'")
+        if max_triangles_per_node is not None and max_triangles_per_node < 1:
+            raise ValueError(f"max_triangles_per_node must be positive (or None), got {max_triangles_per_node}")
         self.in_channels = in_channels
         self.num_classes = num_classes
         self.potential = potential
         self.potential_options = dict(potential_options or {})
         self.encoder = build_encoder(potential, in_channels, num_classes, hidden_channels, num_hidden, dropout,
                                      precision, **self.potential_options)
-        self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
-                                    backward=backward)
+        self.motifs, self.max_triangles_per_node, self.triangle_seed = motifs, max_triangles_per_node, triangle_seed
+        if motifs == "triangle":
+            self.bp = MotifBeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
+                                             triangle_form=triangle_form, backward=backward)
+        else:
+            self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
+                                        backward=backward)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -98,6 +127,15 @@ class GBPN(nn.Module):
     @property
     def log_H(self) -> Tensor:
         return self.bp.log_H
+
+    def triangles_of(self, edge_index: Tensor, num_nodes: int) -> Optional[Tensor]:
+        """The triangles ``[3, T]`` this model puts its triangle factor on (capped and seeded as
+        constructed; the same graph gives the same triangles), or ``None`` for a pairwise model.
+        Compute them once per graph and pass them to :meth:`forward`."""
+        if self.motifs != "triangle":
+            return None
+        return enumerate_triangles(to_edge_index(edge_index)[0], num_nodes, max_per_node=self.max_triangles_per_node,
+                                   seed=self.triangle_seed)
 
     def precompute(self, x: Tensor, edge_index: Tensor):
         """What the encoder reads for this graph, computed once: ``x`` itself for the MLP,
@@ -129,9 +167,22 @@ class GBPN(nn.Module):
         return_residuals: bool = False,
         return_messages: bool = False,
         message_weight: Optional[Tensor] = None,
+        triangles: Optional[Tensor] = None,
     ) -> Union[Tensor, Tuple[Tensor, ...]]:
         # an EdgeIndex or a torch.sparse adjacency becomes edge_index (+ weights) once, for encoder and BP
         edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
+        if self.motifs == "triangle":
+            if return_messages or message_weight is not None:
+                raise ValueError("return_messages and message_weight are options of the pairwise model; a triangle "
+                                 "model (motifs='triangle') has none")
+            log_self = self.self_potential(x, edge_index)
+            if triangles is None:
+                triangles = self.triangles_of(edge_index, log_self.size(0))
+            return self.bp(log_self, edge_index, triangles, edge_weight=edge_weight, rev_index=rev_index,
+                           known_labels=known_labels, known_mask=known_mask, num_steps=num_steps,
+                           return_residuals=return_residuals)
+        if triangles is not None:
+            raise ValueError("triangles given to a pairwise model: build it with motifs='triangle'")
         return self.bp(
             self.self_potential(x, edge_index),
             edge_index,

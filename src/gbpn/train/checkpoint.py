@@ -69,6 +69,11 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
         raise GBPNError(f"checkpoint {path} has a coupling whose log H spans {spread:.0f} (max - min), beyond the "
                         f"{REFUSE[torch.float32]:.0f} that BP computes exactly in float32: training diverged; train "
                         "again (a smaller --coupling-lr often helps)")
+    triangle = getattr(model.bp, "triangle", None)  # a triangle model's T: BP reads log T (or log u) the same way
+    if triangle is not None and not triangle.spread() <= REFUSE[torch.float32]:
+        raise GBPNError(f"checkpoint {path} has a triangle factor whose log spans {triangle.spread():.0f} (max - min), "
+                        f"beyond the {REFUSE[torch.float32]:.0f} that BP computes exactly in float32: training "
+                        "diverged; train again (a smaller --coupling-lr often helps)")
     names = payload.get("class_names")
     if names and len(names) != model.num_classes:
         raise GBPNError(f"checkpoint {path} names {len(names)} classes but its model has {model.num_classes}; "

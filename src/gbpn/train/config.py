@@ -79,6 +79,12 @@ class ModelConfig:
                                 cli=False)
     precision: str = option("fp32", "MLP hidden layers in float32 or bfloat16 (BP is always float32; default: fp32)",
                             choices=("fp32", "bf16"))
+    motifs: str = option("none", "none: pairwise factors only (the paper's model); triangle: also a learned triangle "
+                                 "factor T on every triangle of the graph (full batch, unrolled; default: none)",
+                         choices=("none", "triangle"))  # see gbpn.bp.motifs
+    max_triangles_per_node: Optional[int] = option(None, "--motifs triangle: each node in at most this many "
+                                                         "triangles, sampled with the trial's seed (default: all)",
+                                                   least=1)
 
 
 @dataclass
@@ -224,6 +230,19 @@ class TrainConfig:
         if self.encoder.potential != "mlp" and m.precision != "fp32":
             raise GBPNError("--precision bf16 is implemented for the mlp potential only")
         if e.metric not in METRICS + ("auto",):
+        if m.motifs not in ("none", "triangle"):
+            raise GBPNError(f"{_option('motifs')} must be 'none' or 'triangle', got {m.motifs!r}")
+        if m.max_triangles_per_node is not None and m.max_triangles_per_node < 1:
+            raise GBPNError(f"{_option('max_triangles_per_node')} must be positive, got {m.max_triangles_per_node}")
+        if m.motifs == "triangle":
+            # a sampled computation tree has no triangles; the implicit backward and edge chunks are pairwise kernels'
+            for name, on, why in (
+                    ("batch_size", s.batch_size is not None, "sampled computation trees hold no triangles; train full "
+                                                             "batch"),
+                    ("backward", m.backward == "implicit", "triangle BP is unrolled; use --backward unroll"),
+                    ("edge_chunk", e.edge_chunk is not None, "triangle BP runs on the whole graph; leave it out")):
+                if on:
+                    raise GBPNError(f"--motifs triangle does not run with {_option(name)}: {why}")
             raise GBPNError(f"unknown metric {e.metric!r}; choose one of {', '.join(METRICS)} or auto")
 
     def potential_options(self, potential: Optional[str] = None) -> Dict:

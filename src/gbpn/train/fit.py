@@ -49,9 +49,10 @@ def feature_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout: float,
-               num_nodes: Optional[int] = None) -> Dict:
+               num_nodes: Optional[int] = None, seed: int = 0) -> Dict:
     """Constructor arguments of :class:`GBPN` for ``config`` (stored in checkpoints).
-    ``num_nodes``: the graph's, needed by the ``linkx`` potential (a weight per node)."""
+    ``num_nodes``: the graph's, needed by the ``linkx`` potential (a weight per node); ``seed``: the
+    trial's, which samples the triangles under ``max_triangles_per_node``."""
     implicit = config.backward == "implicit"
     options = config.potential_options()
     if config.potential == "linkx":
@@ -60,7 +61,11 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         options["num_nodes"] = num_nodes
     return {
         "in_channels": in_channels,
+    # a pairwise model's arguments stay those of earlier versions (their checkpoints, bit for bit)
+    motifs = {} if config.motifs == "none" else {
+        "motifs": config.motifs, "max_triangles_per_node": config.max_triangles_per_node, "triangle_seed": seed}
         "num_classes": num_classes,
+        **motifs,
         "hidden_channels": config.hidden,
         "num_hidden": config.num_hidden,
         "dropout": dropout,
@@ -87,6 +92,7 @@ def predict(
     message_dtype: Optional[torch.dtype] = None,
 ) -> Tensor:
     """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
+    triangles: Optional[Tensor] = None,
     Runs on the model's device (inputs are moved there) and returns the beliefs there.
 
     ``node_chunk`` computes the self-potentials that many nodes at a time (a graph encoder's,
@@ -103,9 +109,16 @@ def predict(
     pairs (default 2^20).
     """
     model.eval()
+
+    A triangle model (``motifs="triangle"``) runs on the whole graph (no ``edge_chunk``, no
+    ``message_dtype``), on ``triangles`` (default: :meth:`~gbpn.models.gbpn.GBPN.triangles_of` the graph).
     device = next(model.parameters()).device
     if known_mask is not None and getattr(data, "y", None) is None:
         raise GBPNError("known_mask clamps nodes to their labels in data.y, and data has no y")
+    motifs = getattr(model, "motifs", "none") != "none"
+    if motifs and (message_dtype is not None or edge_chunk is not None):
+        raise GBPNError("a triangle model's BP runs on the whole graph in float32: leave out the edge chunks and "
+                        "half-precision messages")
     if ("rev_index" not in data and isinstance(data.edge_index, Tensor) and data.edge_index.layout == torch.strided
             and message_dtype is None):
         # a plain Data as fit reads it: cleaned the same way
@@ -130,6 +143,13 @@ def predict(
                                     num_steps=num_steps, pair_chunk=edge_chunk or 1 << 20, message_dtype=message_dtype)
     return model.bp(
         log_self,
+    if motifs:
+        if triangles is None:
+            triangles = model.triangles_of(data.edge_index, data.num_nodes)
+        return model.bp(log_self, data.edge_index, triangles.to(device), rev_index=getattr(data, "rev_index", None),
+                        edge_weight=getattr(data, "edge_weight", None),
+                        known_labels=data.y if known_mask is not None else None, known_mask=known_mask,
+                        num_steps=num_steps)
         data.edge_index,
         rev_index=getattr(data, "rev_index", None),
         edge_weight=getattr(data, "edge_weight", None),
@@ -210,12 +230,15 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
-    model = GBPN(**model_args(data.num_features, num_classes, config, dropout, data.num_nodes))
+    model = GBPN(**model_args(data.num_features, num_classes, config, dropout, data.num_nodes, seed))
     if config.coupling_init == "empirical":
         with torch.no_grad():
             model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, masks[0], num_classes).log())
-    coupling_params = list(model.bp.coupling.parameters())
-    other = [p for n, p in model.named_parameters() if not n.startswith("bp.coupling.")]
+    # the factors (H, and T of a triangle model) learn at --coupling-lr
+    coupling_params = list(model.bp.coupling.parameters()) + list(getattr(model.bp, "triangle", torch.nn.Module())
+                                                                  .parameters())
+    factor_ids = {id(p) for p in coupling_params}
+    other = [p for p in model.parameters() if id(p) not in factor_ids]
     opt = torch.optim.AdamW(
         [{"params": other}, {"params": coupling_params, "lr": config.coupling_lr or config.lr}],
         lr=config.lr,
@@ -230,6 +253,13 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
     start = time.perf_counter()
+    start = time.perf_counter()
+    tri = model.triangles_of(ei, data.num_nodes)  # once per graph: the same triangles every step
+    triangle_seconds = time.perf_counter() - start
+    if tri is not None:
+        logger.info(f"{desc}: {tri.size(1):,} triangles" + (f" (at most {config.max_triangles_per_node} per node)"
+                                                            if config.max_triangles_per_node else "")
+                    + f", enumerated in {triangle_seconds:.2f} s")
     x = model.precompute(prepare_features(data.x, dtype=feature_dtype(model)), ei)  # once, not per step
     precompute_seconds = time.perf_counter() - start
     alpha = degree_temperature(ei, data.num_nodes) if config.degree_weight else None
@@ -246,15 +276,15 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
             known = torch.zeros_like(train_mask)
             known[perm[: perm.numel() // 2]] = True
             loss_idx = perm[perm.numel() // 2 :]
-            out = model(x, ei, ew, rev_index=rev, known_labels=y, known_mask=known, num_steps=steps)
+            out = model(x, ei, ew, rev_index=rev, known_labels=y, known_mask=known, num_steps=steps, triangles=tri)
         else:
             loss_idx = train_idx
-            out = model(x, ei, ew, rev_index=rev, num_steps=steps)
+            out = model(x, ei, ew, rev_index=rev, num_steps=steps, triangles=tri)
         return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx], cw)
 
     def evaluate(epoch: int) -> Tensor:
         return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x,
-                       edge_chunk=config.edge_chunk)
+                       edge_chunk=config.edge_chunk, triangles=tri)
 
     sampler = None
     if config.batch_size is None:
@@ -289,6 +319,8 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
         metrics.update(world_size=rank_and_world()[1], rank_parameter_digests=all_gather_object(parameter_digest(model)))
     metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
+    if tri is not None:
+        metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds, triangle_form=model.bp.triangle.form)
                    potential=candidate_name(config), potential_separate=config.separate,
                    precompute_seconds=precompute_seconds)
     if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
