@@ -85,6 +85,15 @@ def test_coupling_prints_matrix_and_saves_png(trained, tmp_path, capsys):
         main(["analyze", "coupling", "--checkpoint", str(trained / "model.pt")])
 
 
+def test_coupling_runs_without_loading_pyg(trained, tmp_path):
+    """Reading a checkpoint's coupling needs no graph: PyG (seconds to import) stays unloaded."""
+    code = (f"import sys; from gbpn.console import main; rc = main(['coupling', '--checkpoint', "
+            f"{str(trained / 'model.pt')!r}, '--output', {str(tmp_path)!r}]); "
+            "assert 'torch_geometric' not in sys.modules, 'PyG loaded'; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and "coupling H" in proc.stdout, proc.stderr
+
+
 def test_predict_on_your_own_graph_inductive(trained, tmp_path, capsys):
     g = tmp_path / "g"
     g.mkdir()

@@ -1,12 +1,8 @@
 """Data: loaders, graph cleaning, splits and the synthetic MRF sampler."""
-from gbpn.data.datasets import available_datasets, data_root, load_dataset
-from gbpn.data.byo import load_byo
-from gbpn.data.graph import clean_graph, validate_data
-from gbpn.graph.degree import degree
-from gbpn.data.mrf import grid_graph, make_synthetic, neighbour_agreement, sample_mrf
-from gbpn.data.splits import random_split
+from gbpn.lazy import lazy_exports
 
-__all__ = [
-    "available_datasets", "data_root", "load_byo", "load_dataset", "clean_graph", "degree",
-    "validate_data", "grid_graph", "make_synthetic", "neighbour_agreement", "sample_mrf", "random_split",
-]
+_WHERE = {"available_datasets": ".datasets", "data_root": ".datasets", "load_dataset": ".datasets", "load_byo": ".byo",
+          "clean_graph": ".graph", "validate_data": ".graph", "degree": "gbpn.graph.degree", "grid_graph": ".mrf",
+          "make_synthetic": ".mrf", "neighbour_agreement": ".mrf", "sample_mrf": ".mrf", "random_split": ".splits"}
+__all__ = list(_WHERE)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -1,4 +1,5 @@
 """Experiment runners: repeated seeded trials with run records on disk."""
-from gbpn.experiments.runner import run_trials
+from gbpn.lazy import lazy_exports
 
 __all__ = ["run_trials"]
+__getattr__, __dir__ = lazy_exports(__name__, {"run_trials": ".runner"})

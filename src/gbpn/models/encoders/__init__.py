@@ -31,8 +31,7 @@ a CSR adjacency for the GNNs). Raw features are accepted too and are then propag
 fly.
 """
 
-import importlib as _importlib
-
+from gbpn.lazy import lazy_exports
 from gbpn.models.encoders.options import GNNOptions, SignOptions
 from gbpn.models.encoders.registry import (
     AUTO_CANDIDATES,
@@ -46,20 +45,11 @@ from gbpn.models.encoders.registry import (
 
 # the encoders themselves (and PyTorch, PyG with them) load on first use: the registry and the
 # options are what the training config and the command line's parser read
-_LAZY = {"GraphInput": "base", "DAGNNEncoder": "dagnn", "GNNEncoder": "gnn", "LINKXEncoder": "linkx",
-         "MLPEncoder": "mlp", "Propagated": "sign", "SIGNEncoder": "sign", "propagate_features": "sign",
-         "propagation_matrix": "sign"}
+_LAZY = {"GraphInput": ".base", "DAGNNEncoder": ".dagnn", "GNNEncoder": ".gnn", "LINKXEncoder": ".linkx",
+         "MLPEncoder": ".mlp", "Propagated": ".sign", "SIGNEncoder": ".sign", "propagate_features": ".sign",
+         "propagation_matrix": ".sign"}
 
 __all__ = ["AUTO_CANDIDATES", "ENCODERS", "DAGNNEncoder", "EncoderConfig", "EncoderSpec", "GNNEncoder", "GNNOptions",
            "GraphInput", "LINKXEncoder", "MLPEncoder", "Propagated", "SIGNEncoder", "SignOptions", "build_encoder",
            "encoder_options", "propagate_features", "propagation_matrix", "spec"]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(_importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

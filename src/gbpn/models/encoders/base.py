@@ -2,14 +2,13 @@
 and :class:`GraphInput`, the input of an encoder that reads the whole graph."""
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import to_torch_csr_tensor
 
 from gbpn.errors import GBPNError
+from gbpn.graph.adjacency import csr_adjacency
 
 
 def linear_map(x: Tensor, lin: nn.Linear) -> Tensor:
@@ -24,10 +23,7 @@ def adjacency_csr(edge_index: Tensor, num_nodes: int, weight: Optional[Tensor] =
     """``[N, N]`` CSR adjacency with row = target, column = source (PyG's ``adj_t``), in ``dtype``."""
     if weight is None:
         weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
-    weight = weight.to(dtype)
-    with warnings.catch_warnings():  # "sparse CSR support is in beta": nothing for a user to act on
-        warnings.simplefilter("ignore", UserWarning)
-        return to_torch_csr_tensor(edge_index.flip(0), weight, size=(num_nodes, num_nodes))
+    return csr_adjacency(edge_index, num_nodes, weight.to(dtype))
 
 
 class GraphInput:
