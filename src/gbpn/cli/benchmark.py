@@ -10,7 +10,7 @@ from gbpn.errors import GBPNError
 
 logger = logging.getLogger("gbpn")
 # the options of a free grid that --table-only reads from the grid's config.json
-GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout")
+GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
 
 
 def add_parser(sub, common) -> None:
@@ -25,6 +25,10 @@ def add_parser(sub, common) -> None:
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
                         "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
+    b.add_argument("--budget", type=float, default=2.0, metavar="B",
+                   help="free grid: full trainings (of --epochs) each :tuned model's search spends, its final "
+                        "training included: gbpn:tuned (GBPN, --potential auto --budget B), gcn:tuned, "
+                        "gcn-sep:tuned, sage:tuned, gat:tuned, gat-sep:tuned (default: 2)")
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     add_option(b, "epochs", type=POSITIVE, help="free grid: training steps (default: 500)")
     add_option(b, "patience", type=POSITIVE, help="free grid: stop a run after this many epochs without a better "
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
     log = logger.info
-    free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size")
+    free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size", "budget")
     if args.preset and (typed := given(args, ["benchmark"], free)):
         raise GBPNError(f"--preset {args.preset} runs its own grid, so {', '.join(typed.values())} would be ignored: "
                         "leave them out, or name the grid with --models and --datasets instead of a preset")
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
                          batch_size=args.batch_size, patience=args.patience, metric=args.metric,
-                         save_predictions=args.save_predictions, dropout=args.dropout)
+                         save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

@@ -31,6 +31,7 @@ from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
+from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
@@ -86,11 +87,14 @@ QUICK = {"trials": 2, "epochs": 100}
 
 def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None,
             patience: Optional[int] = None, metric: str = "auto", keep: bool = False,
-            dropout: Optional[float] = None):
+            dropout: Optional[float] = None, budget: float = 2.0):
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
     runs early; ``dropout`` overrides the default rule for every model. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.train.fit.TrialResult`,
-    a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines."""
+    a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines.
+    ``budget``: the full trainings a ``:tuned`` model's search spends (:mod:`gbpn.experiments.tuned`)."""
+    if model in TUNED_MODELS:
+        return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout)
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
                          patience=patience, metric=metric, dropout=dropout)
     if config is not None:
@@ -141,7 +145,8 @@ def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) 
 
 
 def _model_names() -> List[str]:
-    return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS]
+    return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS,
+            *TUNED_MODELS]
 
 
 def _read_rows(rows_dir: Path) -> List[Dict]:
@@ -246,6 +251,7 @@ def run_grid(
     metric: str = "auto",
     save_predictions: bool = False,
     dropout: Optional[float] = None,
+    budget: float = 2.0,
 ) -> str:
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table.
 
@@ -259,15 +265,16 @@ def run_grid(
     mini-batch baselines select on accuracy."""
     out = Path(output)
     for m in models:
-        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS:
+        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
-            "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout}
+            "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout, "budget": budget}
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
         # grids recorded before the metric option resume with any metric
         if (any(old.get(k) != grid[k] for k in ("epochs", "seed", "batch_size", "patience"))
-                or old.get("metric", metric) != metric or old.get("dropout", dropout) != dropout):
+                or old.get("metric", metric) != metric or old.get("dropout", dropout) != dropout
+                or old.get("budget", budget) != budget):
             raise GBPNError(f"{out} holds a grid with other epochs/seed/batch size/patience/metric/dropout; choose a new "
                            "--output folder")
     for d in datasets:  # a misspelt name fails now, not after the grid's earlier data sets have run
@@ -360,7 +367,7 @@ def run_grid(
                     _copy_outputs(out, f"{d}__{chosen}__{t}", name.name)
             else:
                 metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved[d], keep=save_predictions,
-                                  dropout=dropout)
+                                  dropout=dropout, budget=budget)
                 if save_predictions:
                     metrics, kept = metrics
                     _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))

@@ -19,6 +19,7 @@ import io
 import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -32,6 +33,7 @@ from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.experiments.lock import folder_busy, lock_folder, release
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
+from gbpn.train.auto import search_space
 from gbpn.train.checkpoint import save_checkpoint
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.train.fit import fit, model_args, predict
@@ -220,7 +222,10 @@ def run_trials(
                 continue
             s = seed + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
-            res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}")
+            # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
+            units = out / "units" / f"trial_{trial}"
+            res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}",
+                      units=units if rank == 0 and config.potential == "auto" else None)
             if rank != 0:  # every rank trains; rank 0 writes
                 continue
             train, val, test = res.masks
@@ -237,6 +242,7 @@ def run_trials(
             done.append(row)
             done.sort(key=lambda t: t["trial"])
             write_json(metrics_path, {"trials": done, "summary": _summary(done)})
+            shutil.rmtree(units, ignore_errors=True)
             extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
             log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
                 f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
@@ -258,6 +264,8 @@ def _resolved(config: TrainConfig, defaults: Dict) -> TrainConfig:
         config,
         dropout=defaults["dropout"] if config.dropout is None else config.dropout,
         metric=defaults["metric"] if config.metric == "auto" else config.metric,
+        search_space=search_space(config) if config.budget is not None and config.search_space is None
+        else config.search_space,
         num_hops=(config.num_steps if config.num_hops is None and config.batch_size is not None and config.num_steps >= 1
                   else config.num_hops))
 

@@ -1,12 +1,20 @@
-"""``--potential auto``: the candidate encoders, their names, and the choice on validation alone."""
+"""``--potential auto``: the candidate encoders, their names, the choice on validation alone, and the training
+of every candidate (:func:`fit_auto`) or of a budgeted search over encoders and hyper-parameters
+(:func:`fit_budgeted`, ``--budget``)."""
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
+from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import TrainConfig
+from gbpn.train.search import GBPN_SPACE, applies, check_space, plan, sample, successive_halving
+from gbpn.train.units import Units
+
+logger = logging.getLogger("gbpn")
 
 
 def auto_candidates(config: TrainConfig) -> List[TrainConfig]:
@@ -50,3 +58,102 @@ def candidate_record(name: str, metrics: Dict, metric: str) -> Dict:
     report; the choice reads validation only)."""
     keys = dict.fromkeys((f"val_{metric}", "val_accuracy", f"test_{metric}", "test_accuracy"))
     return {"potential": name, **{k: metrics[k] for k in keys}}
+
+
+def search_space(config: TrainConfig) -> Dict[str, list]:
+    """The space ``--budget`` searches: ``config.search_space``, or :data:`~gbpn.train.search.GBPN_SPACE`;
+    with mini-batch training, only the encoders that train on sampled trees."""
+    from gbpn.models import encoders
+    from gbpn.train.config import OPTIONS
+
+    space = {k: list(v) for k, v in (config.search_space or GBPN_SPACE).items()}
+    check_space(space, list(OPTIONS))
+    if "potential" not in space:
+        raise GBPNError("the search space of --potential auto must list the encoders to try (\"potential\")")
+    if config.batch_size is not None:
+        space["potential"] = [p for p in space["potential"] if (encoders.spec(p) or encoders.spec("sign")).mini_batch]
+    return space
+
+
+def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, on_epoch,
+             units: Units, fit_one: Callable) -> "TrialResult":  # noqa: F821
+    """``--potential auto``: every candidate of :func:`auto_candidates` trained in full (``config.budget``
+    None), or a search within ``config.budget`` full trainings (:func:`fit_budgeted`). Finished candidates
+    and rungs are kept in ``units`` and not trained again."""
+    if config.budget is not None:
+        return fit_budgeted(data, config, seed, masks, progress, desc, units, fit_one)
+    from gbpn.train.fit import TrialResult
+
+    candidates, results = auto_candidates(config), []
+    for k, cand in enumerate(candidates):
+        name = candidate_name(cand)
+        saved = units.get_torch(name)
+        if saved is not None:
+            res = TrialResult(saved["model"], saved["metrics"], masks, saved["history"], cand)
+        else:
+            res = fit_one(data, cand, seed, masks, progress, f"{desc} [{name}]", on_epoch)
+            units.put_torch(name, {"model": res.model, "metrics": res.metrics, "history": res.history})
+        results.append(res)
+        m = res.metrics  # a line per candidate: one trial of auto trains several models
+        logger.info(f"{desc}: potential candidate {k + 1}/{len(candidates)} {name}: val {config.metric} "
+                    f"{m[f'val_{config.metric}']:.4f} ({m['train_seconds']:.0f} s{', kept from before' if saved else ''})")
+    best = results[select_candidate([r.metrics for r in results], config.metric)]
+    best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
+                                       for r in results]
+    best.metrics["auto_seconds"] = sum(r.metrics["train_seconds"] for r in results)
+    return best
+
+
+def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, units: Units,
+                 fit_one: Callable) -> "TrialResult":  # noqa: F821
+    """Successive halving (:mod:`gbpn.train.search`) over :func:`search_space` within ``config.budget`` full
+    trainings, the exhaustive candidates' settings first; the configuration left is trained for
+    ``config.epochs``. Its metrics record every configuration tried (``auto_search``)."""
+    space = search_space(config)
+    schedule = plan(config.epochs, config.budget)
+    anchors = [_params(c, space) for c in auto_candidates(config) if c.potential in space["potential"]]
+    configs = sample(space, schedule.configurations, seed, anchors,
+                     reads=lambda name, params: applies(name, params.get("potential", "mlp")))
+    logger.info(f"{desc}: searching {len(configs)} configurations within {config.budget:g} full trainings "
+                f"({schedule.epochs} of {math.floor(config.budget * config.epochs + 1e-9)} epochs; rungs "
+                + ", ".join(f"{n} x {r}" for n, r in schedule.rungs) + f", then 1 x {schedule.final})")
+    metric = config.metric
+
+    def train(index: int, params: Dict, epochs: int) -> Dict:
+        key = f"config{index}-epochs{epochs}"
+        unit = units.get(key)
+        if unit is None:
+            try:
+                m = fit_one(data, _configured(config, params, epochs), seed, masks, False,
+                            f"{desc} [search {index}]", None).metrics
+                unit = {"val": m.get(f"val_{m.get('selected_on', metric)}"), "epochs_run": m["epochs_run"],
+                        "seconds": m["train_seconds"]}
+            except GBPNError as err:  # a configuration that diverges (too high a learning rate) loses, the search goes on
+                logger.warning(f"{desc}: search configuration {index} {params} failed: {err}")
+                unit = {"val": None, "epochs_run": epochs, "seconds": 0.0, "error": str(err)}
+            units.put(key, unit)
+        return unit
+
+    chosen, records = successive_halving(configs, schedule.rungs, train, desc)
+    final = _configured(config, configs[chosen], config.epochs)
+    res = fit_one(data, final, seed, masks, progress, f"{desc} [{candidate_name(final)}]", None)
+    searched = [u for r in records for u in r["rungs"]]
+    res.metrics["auto_search"] = {
+        "budget": config.budget, "budget_epochs": math.floor(config.budget * config.epochs + 1e-9),
+        "planned_epochs": schedule.epochs, "rungs": [list(r) for r in schedule.rungs], "final_epochs": schedule.final,
+        "configurations": records, "chosen": {"id": chosen, "params": configs[chosen]},
+    }
+    res.metrics["search_epochs"] = sum(u["epochs_run"] for u in searched) + res.metrics["epochs_run"]
+    res.metrics["auto_seconds"] = sum(u["seconds"] for u in searched) + res.metrics["train_seconds"]
+    res.metrics["search_configurations"] = len(configs)
+    return res
+
+
+def _params(config: TrainConfig, space: Dict[str, list]) -> Dict:
+    """The values ``config`` gives the options of ``space`` that its encoder reads."""
+    return {name: getattr(config, name) for name in space if applies(name, config.potential)}
+
+
+def _configured(config: TrainConfig, params: Dict, epochs: int) -> TrainConfig:
+    """``config`` with a search configuration's options and ``epochs``, as one encoder trains."""
+    return replace(config, **params, epochs=epochs, budget=None, search_space=None)

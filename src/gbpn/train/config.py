@@ -100,6 +100,12 @@ class OptimConfig:
     degree_weight: bool = option(True, "plain NLL instead of the d^-1/2 re-weighted one")
     warmup: float = option(0.0, "fraction of epochs trained without BP first (default: 0)")  # K = 0: the MLP only
     class_weight: bool = option(False, "weight the loss by inverse class frequency")
+    budget: Optional[float] = option(None, "--potential auto: search encoders, depth, width, dropout, learning "
+                                           "rates and K by successive halving within this many full trainings' "
+                                           "epochs, the final training of the chosen configuration included, e.g. "
+                                           "2 (default: train each candidate encoder in full)", metavar="B")
+    search_space: Optional[dict] = option(None, "the options --budget searches and their choices (default: "
+                                                "gbpn.train.search.GBPN_SPACE; config.json records it)", cli=False)
 
 
 @dataclass
@@ -227,6 +233,9 @@ class TrainConfig:
         if not 0 <= o.warmup <= 1:
             raise GBPNError(f"{_option('warmup')} is a fraction of epochs in [0, 1], got {o.warmup}")
         validate_encoder(self.encoder, mini_batch=s.batch_size is not None)
+        if o.budget is not None and (self.encoder.potential != "auto" or not o.budget >= 1):
+            raise GBPNError(f"{_option('budget')} counts full trainings (at least 1) of a --potential auto search, got "
+                            f"{o.budget} with --potential {self.encoder.potential}")
         if self.encoder.potential != "mlp" and m.precision != "fp32":
             raise GBPNError("--precision bf16 is implemented for the mlp potential only")
         if e.metric not in METRICS + ("auto",):

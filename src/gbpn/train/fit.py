@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -22,12 +23,13 @@ from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.models.encoders import GraphInput
 from gbpn.models.gbpn import GBPN
-from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
+from gbpn.train.auto import candidate_name, fit_auto
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
 from gbpn.train.loop import optimizer_step, train_with_selection
 from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold
 from gbpn.train.minibatch import check_data_parallel, data_parallel_epochs, tree_epochs
 from gbpn.train.objective import balanced_class_weight, degree_temperature, empirical_coupling, marginal_nll
+from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
 
@@ -168,13 +170,16 @@ def fit(
     progress: bool = False,
     desc: str = "train",
     on_epoch: Optional[Callable[[int, GBPN, object], None]] = None,
+    units: Optional[str | Path] = None,
 ) -> TrialResult:
     """Train one model with full-batch AdamW; keep the parameters of the best validation epoch.
 
     With ``config.potential == "auto"`` one model per :func:`auto_candidates` entry is trained
     with the same seed and split, and the one :func:`select_by_validation` picks is returned; its
     metrics name the choice (``potential``, ``potential_separate``) and list every candidate's
-    validation score (``auto_candidates``).
+    validation score (``auto_candidates``). With ``config.budget`` a search by successive halving
+    chooses an encoder and its hyper-parameters instead (:func:`~gbpn.train.auto.fit_budgeted`; its
+    metrics list every configuration tried, ``auto_search``).
 
     GBPN (transductive): every step clamps a fresh random half of the training
     nodes and takes the loss on the other half; evaluation clamps all of them.
@@ -189,6 +194,8 @@ def fit(
         masks: ``(train, val, test)`` boolean masks; default a random split.
         on_epoch: called as ``on_epoch(epoch, model, sampler)`` after each epoch's training
             (``sampler`` is the :class:`~gbpn.sampling.importance.Exp3Sampler` or ``None``).
+        units: with ``--potential auto``, a folder that keeps each finished candidate (or search rung) of
+            this trial, so that a call after an interruption trains only what is missing.
 
     Trains on ``config.device``; the returned model, masks and history are on the CPU.
     Mini-batch training samples trees on the CPU and moves each batch to the device.
@@ -208,17 +215,8 @@ def fit(
         config = replace(config, metric=default_metric(data.y, int(data.num_classes), masks[0] | masks[1]))
     if config.potential != "auto":
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
-    candidates, results = auto_candidates(config), []
-    for k, cand in enumerate(candidates):
-        results.append(_fit_one(data, cand, seed, masks, progress, f"{desc} [{candidate_name(cand)}]", on_epoch))
-        m = results[-1].metrics  # a line per candidate: one trial of auto trains several models
-        logger.info(f"{desc}: potential candidate {k + 1}/{len(candidates)} {candidate_name(cand)}: val "
-                    f"{config.metric} {m[f'val_{config.metric}']:.4f} ({m['train_seconds']:.0f} s)")
-    best = results[select_candidate([r.metrics for r in results], config.metric)]
-    best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
-                                       for r in results]
-    best.metrics["auto_seconds"] = sum(r.metrics["train_seconds"] for r in results)
-    return best
+    units = Units(units, config.to_dict(), seed, masks)
+    return fit_auto(data, config, seed, masks, progress, desc, on_epoch, units, _fit_one)
 
 
 def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Tensor, Tensor], progress: bool,
