@@ -361,6 +361,7 @@ def test_training_that_diverges_says_so(graph, tmp_path, capsys, caplog):
     # diverged in the first epoch: nothing to keep, an error naming the cause
     assert _train(["--dataset", str(graph), "--coupling-lr", "1000", "--epochs", "6"], tmp_path / "b") == 2
     assert "training diverged at epoch 1 (log H spans" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "config.json").exists()  # no trial finished: no record of a run is left
 
 
 def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):
@@ -374,6 +375,7 @@ def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypa
     assert _train(["--dataset", str(graph)], tmp_path / "a") == 2
     err = capsys.readouterr().err
     assert "error: out of memory" in err and "--hidden" in err and "internal error" not in err
+    assert not (tmp_path / "a" / "config.json").exists()
 
 
 def test_a_hand_edited_config_is_checked_value_by_value(run2, tmp_path, capsys):

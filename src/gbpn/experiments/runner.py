@@ -192,7 +192,7 @@ def run_trials(
     # rank 0 holds the output folder's lock for the whole run (another run into it fails at once, naming
     # the holder), reads what is finished, and every rank learns it (or the same error): the output
     # folder need not be shared between machines
-    lock, done, error = None, None, None
+    lock, done, error, fresh = None, None, None, False
     try:
         if rank == 0:
             try:
@@ -205,6 +205,7 @@ def run_trials(
         if error:
             raise GBPNError(error)
         if rank == 0:
+            fresh = not (out / "config.json").is_file()
             write_json(out / "config.json", {**run_config, "versions": versions()})
 
         finished = {t["trial"] for t in done}
@@ -250,6 +251,10 @@ def run_trials(
         result = {"trials": done, "summary": _summary(done)}
         if rank == 0:
             write_json(metrics_path, result)
+    except BaseException:
+        if rank == 0 and fresh and not done:  # no trial ran to the end (out of memory, diverged, ...): no record of a run
+            (out / "config.json").unlink(missing_ok=True)
+        raise
     finally:
         if lock is not None:
             release(lock)
