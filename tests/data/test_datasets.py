@@ -273,14 +273,15 @@ def test_pyg_and_ogb_messages_go_through_logging(capsys, caplog):
 
     from gbpn.data.datasets import _library_output_to_log
 
-    with caplog.at_level(logging.INFO, logger="gbpn"), _library_output_to_log():
+    with caplog.at_level(logging.DEBUG, logger="gbpn"), _library_output_to_log():
         print("Processing...", file=sys.stderr)
         print("Downloading https://example.org/x.zip")
         sys.stderr.write("Done!")  # no newline: still logged when the block ends
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
-    assert [r.getMessage() for r in caplog.records] == ["Processing...", "Downloading https://example.org/x.zip",
-                                                        "Done!"]
+    # a download says so at default verbosity; PyG's processing chatter only with -v (DEBUG)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("DEBUG", "Processing..."), ("INFO", "Downloading https://example.org/x.zip"), ("DEBUG", "Done!")]
 
 
 def test_an_unwritable_cache_for_a_read_only_data_folder_is_a_user_error(tmp_path, monkeypatch):

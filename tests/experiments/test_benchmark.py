@@ -27,16 +27,24 @@ def test_grid_writes_rows_table_and_resumes(tmp_path):
     assert "1 runs to do" in msgs[-1] and len(list((tmp_path / "rows").glob("*.json"))) == 4
 
 
-def test_missing_dataset_is_skipped_not_fatal(tmp_path, caplog):
+def test_a_missing_dataset_stops_the_grid_before_it_starts_unless_skipped(tmp_path, caplog):
+    none = str(tmp_path / "none")
+    # the absent data set is the grid's last: it still stops the grid before the first run
+    with pytest.raises(GBPNError, match="set --data-dir or GBPN_DATA.*--skip-missing"):
+        run_grid(["mlp"], ["synth-ising+", "election"], trials=1, output=tmp_path / "a", epochs=2, data_dir=none,
+                 progress=False, log=lambda m: None)
+    assert not (tmp_path / "a").exists()
+    msgs = []
     run_grid(["mlp"], ["election", "synth-ising+"], trials=1, output=tmp_path, epochs=2,
-             data_dir=str(tmp_path / "none"), progress=False, log=lambda m: None)
+             data_dir=none, progress=False, log=msgs.append, skip_missing=True)
     assert any("skipping election" in r.message and r.levelname == "WARNING" for r in caplog.records)
+    assert msgs[0].startswith("1 runs to do (1 data set(s) x 1 model(s) x 1 trial(s), without election)")
     assert not list((tmp_path / "rows").glob("*.lock"))  # no lock left behind for other workers to wait on
     assert len(list((tmp_path / "rows").glob("*.json"))) == 1
     # a grid none of whose data sets loaded has nothing to show: an error, not an empty table
     with pytest.raises(GBPNError, match="every data set of the grid was skipped"):
-        run_grid(["mlp"], ["election"], trials=1, output=tmp_path / "b", epochs=2, data_dir=str(tmp_path / "none"),
-                 progress=False, log=lambda m: None)
+        run_grid(["mlp"], ["election"], trials=1, output=tmp_path / "b", epochs=2, data_dir=none,
+                 progress=False, log=lambda m: None, skip_missing=True)
 
 
 def test_a_file_in_rows_that_is_not_a_run_is_named(tmp_path):

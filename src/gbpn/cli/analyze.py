@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if args.analysis == "identifiability":
         from gbpn.experiments.coupling import identifiability
 
-        results = identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed)
+        results = identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed,
+                                  progress=not args.quiet)
         write_json(Path(args.output) / "identifiability.json", {**_record(args), "results": results})
         print(f"figures, identifiability.csv and identifiability.json in {args.output}")
         return 0
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         save_degree(res, out, title=f"on {data.name} ({meta.get('variant')}), test nodes")
         for i in range(len(res["count"])):
             print(f"degree {res['degree_low'][i]:>4}-{res['degree_high'][i]:<4} n={res['count'][i]:>5}  "
-                  f"confidence {res['confidence'][i]:.3f}  accuracy {res['accuracy'][i]:.3f}  "
+                  f"confidence {res['confidence'][i]:.3f}  accuracy {100 * res['accuracy'][i]:.1f}%  "
                   f"log-likelihood {res['log_likelihood'][i]:.3f}")
         write_json(out / "degree.json", {**_record(args), "evidence": known, "bins": res})
         print(f"wrote degree.png/.svg/.csv/.json to {out}")
@@ -176,7 +177,7 @@ def _sampling_study(args: argparse.Namespace) -> int:
             raise GBPNError("--fanout and --hops must be positive")
         config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size, fanout=args.fanout,
                              num_hops=args.hops, num_steps=args.hops, exp3_gamma=args.exp3_gamma)
-        result = sampling.variance_study(data, config, args.trials, args.seed)
+        result = sampling.variance_study(data, config, args.trials, args.seed, progress=not args.quiet)
         summary = sampling.save_variance_study(result, out, title=f"on {name}")
         write_json(out / "summary.json", {**record, "summary": summary})
         print(f"{name}, fanout {args.fanout}, second half of training, variance summed over nodes (median node): "
@@ -195,11 +196,11 @@ def _sampling_study(args: argparse.Namespace) -> int:
         raise GBPNError("--fanouts must be non-negative (0 keeps every neighbour)")
     fanouts = [f or None for f in args.fanouts]
     config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size)
-    rows = sampling.subsampling_study(data, fanouts, config, args.trials, args.seed)
+    rows = sampling.subsampling_study(data, fanouts, config, args.trials, args.seed, progress=not args.quiet)
     sampling.save_subsampling_study(rows, out, title=f"on {name}")
     write_json(out / "summary.json", {**record, "rows": rows})
     for r in rows:
         print(f"max neighbours {r['max_neighbours']!s:>4} trial {r['trial']}: " + "  ".join(
-            f"{g} ll {r[f'{g}_log_likelihood']:.3f} acc {r[f'{g}_accuracy']:.3f}" for g in ("all", "low30", "high70")))
+            f"{g} ll {r[f'{g}_log_likelihood']:.3f} acc {100 * r[f'{g}_accuracy']:.1f}%" for g in ("all", "low30", "high70")))
     print(f"wrote subsampling.png/.svg/.csv and summary.json to {out}")
     return 0

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
+import re
 from pathlib import Path
 
 from gbpn.cli.options import DATA_DIR_HELP, POSITIVE, add_option, add_threads, given
@@ -10,6 +12,8 @@ from gbpn.errors import GBPNError
 
 logger = logging.getLogger("gbpn")
 # the options of a free grid that --table-only reads from the grid's config.json
+# the options that make a free grid another grid (a folder holds one): in its default folder's name
+GRID_NAME_OPTIONS = ("epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
 GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
 
 
@@ -50,7 +54,11 @@ def add_parser(sub, common) -> None:
     add_threads(b)
     b.add_argument("--output", default=None,
                    help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
-                        "runs/benchmark)")
+                        "runs/benchmark-<models>-on-<datasets>, with the options that differ from their defaults, "
+                        "e.g. runs/benchmark-gbpn+gcn-on-cora-epochs100)")
+    b.add_argument("--skip-missing", action="store_true",
+                   help="run the grid without the data sets whose files are absent (each named in a warning); "
+                        "by default an absent data set stops the grid before it starts")
     b.add_argument("--table-only", action="store_true",
                    help="rebuild results.csv and table.md from the finished runs in --output, training nothing; "
                         "the grid (models, data sets, trials, options) is read from its config.json unless "
@@ -83,6 +91,33 @@ def run(args: argparse.Namespace) -> int:
     from gbpn.experiments.benchmark import run_grid, run_preset
 
     log = logger.info
+def default_output(args: argparse.Namespace) -> str:
+    """A free grid's folder, named from what it runs (as ``gbpn train`` names its runs): its models and
+    data sets, then every option of a grid's identity given another value than its default, so that two
+    grids with other settings never share a folder (a grid refuses a folder holding another's). Trials
+    are left out: more trials extend a grid in place. Names beyond 120 characters end in a digest."""
+    if not args.models or not args.datasets:
+        return "runs/benchmark"  # --table-only without a grid: the folder it reads must be named anyway
+    from gbpn.cli import build_parser
+    from gbpn.cli.options import command_parser
+    from gbpn.data.datasets import dataset_name
+
+    defaults = command_parser(build_parser(), ("benchmark",))
+    safe = lambda v: re.sub(r"[^A-Za-z0-9.+-]+", "_", str(v))  # noqa: E731  (gbpn:sign -> gbpn_sign)
+    name = f"benchmark-{'+'.join(map(safe, args.models))}-on-{'+'.join(safe(dataset_name(d)) for d in args.datasets)}"
+    for key in GRID_NAME_OPTIONS:
+        value = getattr(args, key, None)
+        if args.quick and key == "epochs":  # --quick sets it
+            continue
+        if value != defaults.get_default(key):
+            name += f"-{key.replace('_', '')}{safe(value)}"
+    if args.quick:
+        name += "-quick"
+    if len(name) > 120:
+        name = f"{name[:100]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+    return f"runs/{name}"
+
+
     free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size", "budget")
     if args.preset and (typed := given(args, ["benchmark"], free)):
         raise GBPNError(f"--preset {args.preset} runs its own grid, so {', '.join(typed.values())} would be ignored: "
@@ -96,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
                            progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
                            save_predictions=args.save_predictions)
     else:
-        output = args.output or "runs/benchmark"
+        output = args.output or default_output(args)
         if args.table_only and not (args.models and args.datasets):
+                           skip_missing=args.skip_missing,
             _recorded_grid(args, Path(output))
         if not args.models or not args.datasets:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
@@ -112,4 +148,5 @@ def run(args: argparse.Namespace) -> int:
                          save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
+                         skip_missing=args.skip_missing,
     return 0

@@ -123,7 +123,8 @@ def _writable_copy(root: Path, sub: str, whole: bool = False) -> Path:
 
 
 class _LinesToLog(io.TextIOBase):
-    """A text stream whose complete lines become ``log.info`` messages (so ``-q`` hides them)."""
+    """A text stream whose complete lines become log messages: a download at INFO (it takes a while),
+    the rest (PyG's "Processing...", "Done!") at DEBUG, shown with ``-v``."""
 
     def __init__(self) -> None:
         self._pending = ""
@@ -134,8 +135,9 @@ class _LinesToLog(io.TextIOBase):
     def write(self, text: str) -> int:
         *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
-            if line.strip():
-                log.info(line.strip().split("\r")[-1])
+            msg = line.strip().split("\r")[-1]
+            if msg:
+                log.log(logging.INFO if msg.startswith(("Downloading", "Extracting")) else logging.DEBUG, msg)
         return len(text)
 
 

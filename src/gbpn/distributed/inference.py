@@ -36,6 +36,7 @@ from gbpn.models.gbpn import GBPN
 from gbpn.bp.backends.pairs import Boundary, pair_bp
 
 logger = logging.getLogger("gbpn")
+SLOW_STEP = 5.0  # seconds: a BP step this slow gets its line without -v
 
 
 def graph_pairs(data: Data) -> Tensor:
@@ -133,8 +134,9 @@ def partitioned_beliefs(
         now = time.perf_counter()
         times = all_gather_object(now - last[0])
         step_seconds.append(times)
-        if rank == 0:
-            logger.info(f"BP step {step + 1}: " + ", ".join(f"rank {q} {t:.1f} s" for q, t in enumerate(times)))
+        if rank == 0:  # a line per step at -v, or at default verbosity where a step is slow enough to matter
+            logger.log(logging.INFO if max(times) >= SLOW_STEP else logging.DEBUG,
+                       f"BP step {step + 1}: " + ", ".join(f"rank {q} {t:.1f} s" for q, t in enumerate(times)))
         last[0] = time.perf_counter()
 
     steps = model.bp.num_steps if num_steps is None else num_steps

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from gbpn.train.config import TrainConfig
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
@@ -34,6 +33,7 @@ from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.train.metrics import check_metric, default_metric
+from gbpn.progress import Progress
 from gbpn.bp.layer import warm_up
 from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
 from gbpn.train.fit import TrialResult, fit
@@ -262,13 +262,18 @@ def run_grid(
 
     ``metric`` selects every full-batch model's epoch (and LP / C&S their alphas) on validation and is
     reported beside accuracy (``auto``: ROC AUC for imbalanced binary labels, else accuracy); the
-    mini-batch baselines select on accuracy."""
+    mini-batch baselines select on accuracy.
+
+    A data set whose files are absent stops the grid before it starts (:class:`GBPNError`), or with
+    ``skip_missing`` leaves the grid with a warning. ``progress`` shows a bar on a terminal and
+    elsewhere a line per finished run with the time spent and left (:class:`gbpn.progress.Progress`)."""
     out = Path(output)
     for m in models:
         if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
             "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout, "budget": budget}
+    skip_missing: bool = False,
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
         # grids recorded before the metric option resume with any metric
@@ -298,7 +303,9 @@ def run_grid(
     rows_dir = out / "rows"
     todo = [(d, m, t) for d in datasets for t in range(trials) for m in run_models
             if not (rows_dir / f"{d}__{m}__{t}.json").is_file()]
-    finished = len(datasets) * len(run_models) * trials - len(todo)
+    loaded: Dict = {}
+    skipped = set()
+    resolved: Dict[str, str] = {}  # the selection metric per data set
     if save_predictions:
         unsaved = [f"{d}__{m}__{t}" for d in datasets for t in range(trials) for m in run_models
                    if m not in LARGE_MODELS and (rows_dir / f"{d}__{m}__{t}.json").is_file()
@@ -307,17 +314,6 @@ def run_grid(
             logging.getLogger(__name__).warning(
                 f"--save-predictions: {len(unsaved)} run(s) finished earlier without it (e.g. {unsaved[0]}) and are "
                 "not rerun, so their predictions are not written: use a new --output to keep every run's")
-    if table_only:
-        if not finished:
-            raise GBPNError(f"no finished runs of this grid in {out}: run it without --table-only first")
-        todo = []
-        log(f"the table from the {finished} finished runs in {out}")
-    else:
-        log(f"{len(todo)} runs to do, {finished} already finished in {out}")
-    loaded: Dict = {}
-    skipped = set()
-
-    resolved: Dict[str, str] = {}  # the selection metric per data set
 
     def dataset(d: str):
         if d not in loaded and d not in skipped:
@@ -354,10 +350,32 @@ def run_grid(
             masks, record = trial_split(data, t, s)
             split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
             warm_up(int(data.num_classes))  # the kernels' one-time load is no trial's time
+                if not skip_missing:
+                    raise GBPNError(f"{err} (or give --skip-missing to run the grid without {d})") from None
             start = time.perf_counter()
             if members.get(m):
                 cands = []
                 for g, _ in members[m]:
+    if not table_only:
+        # every data set with runs to do loads now (seconds each; the sampled synth-* grids cannot be absent):
+        # an absent one stops the grid before hours of the others, and the count below holds only real runs.
+        # Last first, so that the first one stays loaded for its runs
+        for d in reversed(list(dict.fromkeys(d for d, _, _ in todo))):
+            if not d.lower().startswith("synth-"):
+                dataset(d)
+        todo = [(d, m, t) for d, m, t in todo if d not in skipped]
+    finished = sum((rows_dir / f"{d}__{m}__{t}.json").is_file()
+                   for d in datasets for t in range(trials) for m in run_models)
+    if table_only:
+        if not finished:
+            raise GBPNError(f"no finished runs of this grid in {out}: run it without --table-only first")
+        todo = []
+        log(f"the table from the {finished} finished runs in {out}")
+    else:
+        shape = (f"{len(datasets) - len(skipped)} data set(s) x {len(run_models)} model(s) x {trials} trial(s)"
+                 + (f", without {', '.join(sorted(skipped))}" if skipped else ""))
+        log(f"{len(todo)} runs to do ({shape}), {finished} already finished in {out}")
+
                     while not cell(d, g, t):  # another worker is running it
                         time.sleep(5)
                     cands.append(read_json(rows_dir / f"{d}__{g}__{t}.json"))
@@ -382,10 +400,12 @@ def run_grid(
             release(lock, remove=name.with_suffix(".json").is_file())
         return True
 
-    bar = tqdm(todo, disable=None if progress else True, dynamic_ncols=True, desc="benchmark")
-    for d, m, t in bar:
-        bar.set_postfix_str(f"{d} {m} trial {t}")
-        cell(d, m, t)  # another worker may have finished or locked it meanwhile
+    with Progress(len(todo), "benchmark", unit="run", enabled=progress, log=log) as bar:
+        for d, m, t in todo:
+            bar.start(f"{d} {m} trial {t}")
+            cell(d, m, t)  # another worker may have finished or locked it meanwhile
+            row = rows_dir / f"{d}__{m}__{t}.json"
+            bar.done(_score_note(read_json(row)) if row.is_file() else "held by another worker")
     held = [n.stem for n in rows_dir.glob("*.lock") if not n.with_suffix(".json").is_file() and is_held(n)] \
         if rows_dir.is_dir() else []
     if held and not table_only:
@@ -448,6 +468,15 @@ def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:
         raise GBPNError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     p = dict(PRESETS[name])
     smaller = p.pop("quick", {})
+def _score_note(row: Dict) -> str:
+    """A finished run's test score in per cent, for its progress line."""
+    acc = score_or_nan(row.get("test_accuracy"))
+    note = f"test accuracy {100 * acc:.1f}%"
+    if row.get("metric") == "roc_auc" and "test_roc_auc" in row:
+        note += f", ROC AUC {100 * score_or_nan(row['test_roc_auc']):.1f}%"
+    return note
+
+
     if quick:
         p.update(QUICK, **smaller)
         # gbpn:auto trains every candidate encoder per run (half of table3's quick time): not a smoke test

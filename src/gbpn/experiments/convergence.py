@@ -93,6 +93,7 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
                      out_dir: str | Path, title: str = "") -> Sequence[Path]:
     """Write convergence.csv, settle_steps.csv and the figure as PNG and SVG into ``out_dir``."""
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator  # matplotlib is there: pyplot() checked
 
     out = Path(out_dir)
     cols = ["step", "residual_mean", "residual_max", "step_change_max", "train_accuracy", "val_accuracy", "test_accuracy"]
@@ -114,6 +115,7 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
     ax.semilogy(steps[:-1], np.maximum(result["residual_mean"][:-1], 1e-12), "b-o", ms=3, label="mean ‖p(t) − p(T)‖₁")
     ax.semilogy(steps[:-1], np.maximum(result["residual_max"][:-1], 1e-12), "b--", label="max ‖p(t) − p(T)‖₁")
     ax.set_xlabel("BP step t")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
     ax.set_ylabel("residual to the last step", color="b")
     ax2 = ax.twinx()
     for name, color in (("train", "tab:red"), ("val", "tab:orange"), ("test", "tab:green")):
@@ -121,7 +123,8 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
     ax2.set_ylabel("accuracy (%)")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center right", fontsize=8)
+    # below the axes, where no curve runs (tight_layout makes room for it)
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
     ax.set_title(f"BP convergence {title}")
     if layout is not None:
         ax = axes[0, 1]
@@ -129,11 +132,12 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
         ok = s >= 0
         ax.scatter(layout[~ok, 0], layout[~ok, 1], s=3, c="lightgrey", label="wrong at the last step")
         sc = ax.scatter(layout[ok, 0], layout[ok, 1], s=4, c=s[ok], cmap="viridis")
-        fig.colorbar(sc, ax=ax, label="step after which the prediction stays correct")
+        fig.colorbar(sc, ax=ax, label="step after which the prediction stays correct",
+                     ticks=MaxNLocator(integer=True))
         ax.set_title(f"nodes laid out by {method.split(' ')[0]}")
         ax.set_xlabel("component 1")
         ax.set_ylabel("component 2")
-        ax.legend(loc="lower right", fontsize=8, markerscale=3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8, markerscale=3, frameon=False)
     fig.tight_layout()
     save_figure(fig, out / "convergence")
     return [out / "convergence.png", out / "convergence.svg"]

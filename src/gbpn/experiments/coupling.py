@@ -91,17 +91,21 @@ def plot_couplings(
 
 
 def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500, seed: int = 0,
-                    variant: str = "gbpn", log=print) -> Dict[str, Dict[str, float]]:
+                    variant: str = "gbpn", log=print, progress: bool = False) -> Dict[str, Dict[str, float]]:
     """Train on grids sampled here with a known coupling and compare the learned H with it
     (paper Figure 3 a-d). Writes ``identifiability_<kind>.png`` / ``.svg``, ``identifiability.csv``
-    and returns the errors per kind."""
+    and returns the errors per kind. ``progress``: a bar on a terminal, elsewhere a line per grid with
+    the time spent and left (:class:`gbpn.progress.Progress`)."""
+    from gbpn.progress import Progress
     from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import load_dataset
     from gbpn.train.fit import fit
 
     out = Path(output)
     results: Dict[str, Dict[str, float]] = {}
+    bar = Progress(len(kinds), "identifiability", unit="grid", enabled=progress)
     for kind in kinds:
+        bar.start(kind)
         data = load_dataset(f"synth-{kind}")
         res = fit(data, TrainConfig(variant=variant, epochs=epochs), seed=seed)
         learned = res.model.bp.coupling.normalized().numpy()
@@ -112,8 +116,10 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
             plot_couplings({"true H": true, "learned H": learned}, out / f"identifiability_{kind}.{ext}",
                            suptitle=f"{kind}: relative error {cmp['relative_error']:.2f}, "
                                     f"correlation {cmp['correlation']:.3f}")
+        bar.done()
         log(f"{kind}: relative error {cmp['relative_error']:.3f}, correlation {cmp['correlation']:.3f}, "
-            f"test accuracy {res.metrics['test_accuracy']:.3f}")
+            f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
+    bar.close()
     buf = io.StringIO()
     buf.write("kind,relative_error,correlation,max_abs_log_diff,test_accuracy\n")
     for k, r in results.items():

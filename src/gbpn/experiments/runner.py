@@ -33,6 +33,7 @@ from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.experiments.lock import folder_busy, lock_folder, release
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
+from gbpn.progress import Progress
 from gbpn.train.auto import search_space
 from gbpn.train.checkpoint import save_checkpoint
 from gbpn.train.metrics import check_metric, default_metric
@@ -192,7 +193,7 @@ def run_trials(
     # rank 0 holds the output folder's lock for the whole run (another run into it fails at once, naming
     # the holder), reads what is finished, and every rank learns it (or the same error): the output
     # folder need not be shared between machines
-    lock, done, error, fresh = None, None, None, False
+    lock, done, error, bar, fresh = None, None, None, None, False
     try:
         if rank == 0:
             try:
@@ -218,9 +219,12 @@ def run_trials(
                            "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
                            "--output to keep every trial's")
         best_val = max((_validation(t, config.metric) for t in done), default=None)
+        # a bar over the trials on a terminal; in a log, each trial's line says the time spent and left
+        bar = Progress(trials - len(finished), data.name, unit="trial", enabled=progress, log=log)
         for trial in range(trials):
             if trial in finished:
                 continue
+            bar.start(f"trial {trial + 1}/{trials}")
             s = seed + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
@@ -244,10 +248,11 @@ def run_trials(
             done.sort(key=lambda t: t["trial"])
             write_json(metrics_path, {"trials": done, "summary": _summary(done)})
             shutil.rmtree(units, ignore_errors=True)
-            extra = f", ROC AUC {row['test_roc_auc']:.4f}" if "test_roc_auc" in row else ""
-            log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {row['test_accuracy']:.4f}{extra} "
-                f"(val {row['val_accuracy']:.4f}, best epoch {row['best_epoch']}, potential {row['potential']})"
-                + _implicit_note(row))
+            extra = f", ROC AUC {100 * row['test_roc_auc']:.2f}%" if "test_roc_auc" in row else ""
+            timing = bar.done(say=False)
+            log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
+                f"(val {100 * row['val_accuracy']:.2f}%, best epoch {row['best_epoch']}, potential {row['potential']})"
+                + _implicit_note(row) + (f"; {timing}" if progress else ""))
         result = {"trials": done, "summary": _summary(done)}
         if rank == 0:
             write_json(metrics_path, result)
@@ -256,6 +261,8 @@ def run_trials(
             (out / "config.json").unlink(missing_ok=True)
         raise
     finally:
+        if bar is not None:
+            bar.close()
         if lock is not None:
             release(lock)
     return result

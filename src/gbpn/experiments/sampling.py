@@ -18,6 +18,7 @@ from gbpn.graph.degree import degree
 from gbpn.data.splits import random_split
 from gbpn.errors import GBPNError
 from gbpn.io import pyplot, save_figure, write_csv
+from gbpn.progress import Progress
 from gbpn.sampling.importance import variance_ratios
 from gbpn.train.fit import fit, predict
 from gbpn.data.features import prepare_features
@@ -35,7 +36,8 @@ def largest_degree(data: Data) -> int:
     return int(degree(data.edge_index, data.num_nodes).max()) if data.num_edges else 0
 
 
-def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int = 0) -> Dict[str, List[Dict]]:
+def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int = 0,
+                   progress: bool = False) -> Dict[str, List[Dict]]:
     """Train with ``--sampler exp3`` and, after every epoch, compare the variance of Exp3's
     distributions with uniform and optimal (:math:`p^*`) sampling on the whole graph's
     messages under the current model; also train with uniform sampling on the same splits.
@@ -46,7 +48,8 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
 
     Returns ``{"epochs": [...], "accuracy": [...]}``: one row per (trial, epoch) with the
     ratios of :func:`gbpn.sampling.importance.variance_ratios`, and one row per
-    (trial, sampler) with its test accuracy.
+    (trial, sampler) with its test accuracy. ``progress``: a bar on a terminal, elsewhere a line per
+    trained model with the time spent and left (:class:`gbpn.progress.Progress`).
     """
     if config.batch_size is None or config.fanout is None:
         raise GBPNError("the variance study trains on sampled trees: give a batch size and a fanout")
@@ -59,6 +62,7 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     x = prepare_features(data.x)
     epochs: List[Dict] = []
     accuracy: List[Dict] = []
+    bar = Progress(2 * trials, "sampling study", unit="training", enabled=progress)
     for t in range(trials):
         s = seed + t
         masks = random_split(data.y, config.train_frac, config.val_frac, s)
@@ -76,10 +80,13 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
             model.train()
 
         for sampler in ("exp3", "uniform"):
+            bar.start(f"trial {t + 1}/{trials}, {sampler} sampling")
             res = fit(data, replace(config, sampler=sampler), seed=s, masks=masks,
                       on_epoch=record if sampler == "exp3" else None)
             accuracy.append({"trial": t, "sampler": sampler, "test_accuracy": res.metrics["test_accuracy"],
                              "val_accuracy": res.metrics["val_accuracy"]})
+            bar.done(f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
+    bar.close()
     return {"epochs": epochs, "accuracy": accuracy}
 
 
@@ -142,18 +149,21 @@ def degree_split(deg: Tensor, low_fraction: float = 0.3) -> Tensor:
 
 
 def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: TrainConfig, trials: int = 1,
-                      seed: int = 0) -> List[Dict]:
+                      seed: int = 0, progress: bool = False) -> List[Dict]:
     """The paper's degree-misalignment experiment: a 1-hop GBPN trained on the *unweighted*
     NLL with at most ``d`` uniformly sampled neighbours per node (``None``: all), then
     evaluated with every neighbour. For each ``d`` and trial: test log-likelihood and
     accuracy overall, on the 30% lowest-degree and on the 70% highest-degree test nodes.
+    ``progress``: a bar on a terminal, elsewhere a line per trained model (:class:`gbpn.progress.Progress`).
     """
     rows = []
+    bar = Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress)
     deg_all = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
     for fanout in fanouts:
         cfg = replace(config, num_steps=1, num_hops=1, fanout=fanout, degree_weight=False,
                       batch_size=config.batch_size or 256, sampler="uniform")
         for t in range(trials):
+            bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t + 1}/{trials}")
             s = seed + t
             masks = random_split(data.y, cfg.train_frac, cfg.val_frac, s)
             res = fit(data, cfg, seed=s, masks=masks)
@@ -167,6 +177,8 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
                 row[f"{name}_log_likelihood"] = float(loglik[sel].mean())
                 row[f"{name}_accuracy"] = float(correct[sel].mean())
             rows.append(row)
+            bar.done(f"test accuracy {100 * row['all_accuracy']:.1f}%")
+    bar.close()
     return rows
 
 

@@ -20,6 +20,7 @@ from gbpn.bp.layer import BeliefPropagation, warm_up
 from gbpn.bp.numerics import REFUSE
 from gbpn.bp.validation import NonFinitePotentialError
 from gbpn.errors import GBPNError
+from gbpn.progress import step as progress_step
 from gbpn.train.metrics import score
 
 logger = logging.getLogger("gbpn")
@@ -73,6 +74,7 @@ def train_with_selection(
     bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
     diverged_at = None
     for epoch in bar:
+        progress_step(epoch + 1, epochs)  # for the heartbeat line of a long run in a log (gbpn.progress)
         why = None
         try:
             model.train()
