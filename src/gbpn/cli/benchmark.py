@@ -51,14 +51,14 @@ def add_parser(sub, common) -> None:
                         "__<trial>.csv) and each GBPN run's checkpoint (checkpoints/...pt); not for the mini-batch "
                         "baselines")
     b.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    b.add_argument("--skip-missing", action="store_true",
+                   help="run the grid without the data sets whose files are absent (each named in a warning); "
+                        "by default an absent data set stops the grid before it starts")
     add_threads(b)
     b.add_argument("--output", default=None,
                    help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
                         "runs/benchmark-<models>-on-<datasets>, with the options that differ from their defaults, "
                         "e.g. runs/benchmark-gbpn+gcn-on-cora-epochs100)")
-    b.add_argument("--skip-missing", action="store_true",
-                   help="run the grid without the data sets whose files are absent (each named in a warning); "
-                        "by default an absent data set stops the grid before it starts")
     b.add_argument("--table-only", action="store_true",
                    help="rebuild results.csv and table.md from the finished runs in --output, training nothing; "
                         "the grid (models, data sets, trials, options) is read from its config.json unless "
@@ -87,10 +87,6 @@ def _recorded_grid(args: argparse.Namespace, output: Path) -> None:
             setattr(args, key, grid[key])
 
 
-def run(args: argparse.Namespace) -> int:
-    from gbpn.experiments.benchmark import run_grid, run_preset
-
-    log = logger.info
 def default_output(args: argparse.Namespace) -> str:
     """A free grid's folder, named from what it runs (as ``gbpn train`` names its runs): its models and
     data sets, then every option of a grid's identity given another value than its default, so that two
@@ -118,6 +114,10 @@ def default_output(args: argparse.Namespace) -> str:
     return f"runs/{name}"
 
 
+def run(args: argparse.Namespace) -> int:
+    from gbpn.experiments.benchmark import run_grid, run_preset
+
+    log = logger.info
     free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size", "budget")
     if args.preset and (typed := given(args, ["benchmark"], free)):
         raise GBPNError(f"--preset {args.preset} runs its own grid, so {', '.join(typed.values())} would be ignored: "
@@ -129,11 +129,11 @@ def default_output(args: argparse.Namespace) -> str:
         output = args.output or f"runs/benchmark-{args.preset}{'-quick' if args.quick else ''}"
         table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
                            progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
+                           skip_missing=args.skip_missing,
                            save_predictions=args.save_predictions)
     else:
         output = args.output or default_output(args)
         if args.table_only and not (args.models and args.datasets):
-                           skip_missing=args.skip_missing,
             _recorded_grid(args, Path(output))
         if not args.models or not args.datasets:
             raise GBPNError("give --preset, or both --models and --datasets for a free grid")
@@ -144,9 +144,9 @@ def default_output(args: argparse.Namespace) -> str:
             raise GBPNError(f"--dropout must be in [0, 1), got {args.dropout}")
         table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
+                         skip_missing=args.skip_missing,
                          batch_size=args.batch_size, patience=args.patience, metric=args.metric,
                          save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
-                         skip_missing=args.skip_missing,
     return 0

@@ -32,8 +32,8 @@ from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
-from gbpn.train.metrics import check_metric, default_metric
 from gbpn.progress import Progress
+from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
 from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
 from gbpn.train.fit import TrialResult, fit
@@ -246,6 +246,7 @@ def run_grid(
     progress: bool = True,
     log: Callable[[str], None] = print,
     table_only: bool = False,
+    skip_missing: bool = False,
     batch_size: Optional[int] = None,
     patience: Optional[int] = None,
     metric: str = "auto",
@@ -273,7 +274,6 @@ def run_grid(
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
             "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout, "budget": budget}
-    skip_missing: bool = False,
     if (out / "config.json").is_file():
         old = read_json(out / "config.json")
         # grids recorded before the metric option resume with any metric
@@ -327,35 +327,12 @@ def run_grid(
                 else:
                     resolved[d] = metric
             except DatasetNotFoundError as err:
+                if not skip_missing:
+                    raise GBPNError(f"{err} (or give --skip-missing to run the grid without {d})") from None
                 logging.getLogger(__name__).warning(f"skipping {d}: {err}")
                 skipped.add(d)
         return loaded.get(d)
 
-    def cell(d: str, m: str, t: int) -> bool:
-        """Run (d, m, t) unless its row exists; False while another worker holds it."""
-        name = rows_dir / f"{d}__{m}__{t}"
-        if name.with_suffix(".json").is_file() or d in skipped:
-            return True
-        data = dataset(d)  # loaded (and checked) before anything is written
-        if data is None:
-            return True
-        record_config()
-        lock = try_lock(name.with_suffix(".lock"))
-        if lock is None:
-            return False
-        try:  # whatever happens once locked (an error, an interruption), the lock is released
-            if name.with_suffix(".json").is_file():  # finished by another worker since the check above
-                return True
-            s = seed + t
-            masks, record = trial_split(data, t, s)
-            split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
-            warm_up(int(data.num_classes))  # the kernels' one-time load is no trial's time
-                if not skip_missing:
-                    raise GBPNError(f"{err} (or give --skip-missing to run the grid without {d})") from None
-            start = time.perf_counter()
-            if members.get(m):
-                cands = []
-                for g, _ in members[m]:
     if not table_only:
         # every data set with runs to do loads now (seconds each; the sampled synth-* grids cannot be absent):
         # an absent one stops the grid before hours of the others, and the count below holds only real runs.
@@ -376,6 +353,29 @@ def run_grid(
                  + (f", without {', '.join(sorted(skipped))}" if skipped else ""))
         log(f"{len(todo)} runs to do ({shape}), {finished} already finished in {out}")
 
+    def cell(d: str, m: str, t: int) -> bool:
+        """Run (d, m, t) unless its row exists; False while another worker holds it."""
+        name = rows_dir / f"{d}__{m}__{t}"
+        if name.with_suffix(".json").is_file() or d in skipped:
+            return True
+        data = dataset(d)  # loaded (and checked) before anything is written
+        if data is None:
+            return True
+        record_config()
+        lock = try_lock(name.with_suffix(".lock"))
+        if lock is None:
+            return False
+        try:  # whatever happens once locked (an error, an interruption), the lock is released
+            if name.with_suffix(".json").is_file():  # finished by another worker since the check above
+                return True
+            s = seed + t
+            masks, record = trial_split(data, t, s)
+            split = f"public split {record['index']}" if record["kind"] == "public" else f"random 30/20/50 seed {s}"
+            warm_up(int(data.num_classes))  # the kernels' one-time load is no trial's time
+            start = time.perf_counter()
+            if members.get(m):
+                cands = []
+                for g, _ in members[m]:
                     while not cell(d, g, t):  # another worker is running it
                         time.sleep(5)
                     cands.append(read_json(rows_dir / f"{d}__{g}__{t}.json"))
@@ -445,6 +445,15 @@ def run_grid(
     return table
 
 
+def _score_note(row: Dict) -> str:
+    """A finished run's test score in per cent, for its progress line."""
+    acc = score_or_nan(row.get("test_accuracy"))
+    note = f"test accuracy {100 * acc:.1f}%"
+    if row.get("metric") == "roc_auc" and "test_roc_auc" in row:
+        note += f", ROC AUC {100 * score_or_nan(row['test_roc_auc']):.1f}%"
+    return note
+
+
 def _save_outputs(out: Path, stem: str, data, kept, seed: int, split: Dict, source: Dict) -> None:
     """A run's per-node probabilities (and a GBPN run's checkpoint) under ``out``; see :func:`run_grid`."""
     if isinstance(kept, TrialResult):
@@ -468,15 +477,6 @@ def run_preset(name: str, output: str | Path, quick: bool = False, **kw) -> str:
         raise GBPNError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     p = dict(PRESETS[name])
     smaller = p.pop("quick", {})
-def _score_note(row: Dict) -> str:
-    """A finished run's test score in per cent, for its progress line."""
-    acc = score_or_nan(row.get("test_accuracy"))
-    note = f"test accuracy {100 * acc:.1f}%"
-    if row.get("metric") == "roc_auc" and "test_roc_auc" in row:
-        note += f", ROC AUC {100 * score_or_nan(row['test_roc_auc']):.1f}%"
-    return note
-
-
     if quick:
         p.update(QUICK, **smaller)
         # gbpn:auto trains every candidate encoder per run (half of table3's quick time): not a smoke test
