@@ -468,10 +468,10 @@ def load_dataset(
         data = _reference_grid(key, root, sample)
     elif key.startswith("synth-") and key[6:] in SYNTHETIC_KINDS:
         data = make_synthetic(key[6:], sample=sample, seed=seed)
-    else:
-        check_dataset_name(name)
     elif key == TRIANGLE_MRF:
         data = make_triangle_mrf(**TRIANGLE_MRF_SETTINGS, sample=sample, seed=seed)
+    else:
+        check_dataset_name(name)
         data = load_byo(Path(name).expanduser(), header)
         key = Path(name).name
     data.name = key

@@ -96,10 +96,10 @@ def partitioned_beliefs(
     flight per peer. ``parts_file``: the node parts are read from there when it exists (written by
     an earlier run on the same graph and number of ranks), else computed and saved there, so
     repeated inference partitions once, as an offline step would."""
-    model.eval()
     if getattr(model, "motifs", "none") != "none":
         raise GBPNError("partitioned inference runs pairwise BP; a triangle model (--motifs triangle) predicts in one "
                         "process (leave out torchrun)")
+    model.eval()
     rank, world = rank_and_world()
     pairs = graph_pairs(data)
     num_nodes, c = data.num_nodes, model.num_classes

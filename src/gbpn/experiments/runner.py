@@ -101,10 +101,10 @@ def trial_meta(data, res, source: Dict[str, str], sample: int, seed: int, split:
         "split": split, "labels_sha1": labels_fingerprint(data.y),
         "class_names": list(getattr(data, "class_names", [])), "metrics": res.metrics,
         "true_coupling": data.true_H.tolist() if hasattr(data, "true_H") else None,
+        **({"true_triangle": data.true_T.tolist()} if hasattr(data, "true_T") else {}),
     }
 
 
-        **({"true_triangle": data.true_T.tolist()} if hasattr(data, "true_T") else {}),
 def save_trial_outputs(out: Path, stem: str, data, res, meta: Dict) -> Tuple[str, str]:
     """``checkpoints/<stem>.pt`` and ``predictions/<stem>.csv`` of one trained model (evidence: the
     training labels for GBPN, none for GBPN-I); their paths relative to ``out``."""

@@ -230,15 +230,6 @@ class TrainConfig:
             raise GBPNError(f"backward must be 'unroll' or 'implicit', got {m.backward!r}")
         if m.backward == "implicit" and (not m.tol > 0 or m.max_steps < 1):
             raise GBPNError(f"implicit BP needs --tol > 0 and --max-steps >= 1, got {m.tol} and {m.max_steps}")
-        if not 0 <= o.warmup <= 1:
-            raise GBPNError(f"{_option('warmup')} is a fraction of epochs in [0, 1], got {o.warmup}")
-        validate_encoder(self.encoder, mini_batch=s.batch_size is not None)
-        if o.budget is not None and (self.encoder.potential != "auto" or not o.budget >= 1):
-            raise GBPNError(f"{_option('budget')} counts full trainings (at least 1) of a --potential auto search, got "
-                            f"{o.budget} with --potential {self.encoder.potential}")
-        if self.encoder.potential != "mlp" and m.precision != "fp32":
-            raise GBPNError("--precision bf16 is implemented for the mlp potential only")
-        if e.metric not in METRICS + ("auto",):
         if m.motifs not in ("none", "triangle"):
             raise GBPNError(f"{_option('motifs')} must be 'none' or 'triangle', got {m.motifs!r}")
         if m.max_triangles_per_node is not None and m.max_triangles_per_node < 1:
@@ -252,6 +243,15 @@ class TrainConfig:
                     ("edge_chunk", e.edge_chunk is not None, "triangle BP runs on the whole graph; leave it out")):
                 if on:
                     raise GBPNError(f"--motifs triangle does not run with {_option(name)}: {why}")
+        if not 0 <= o.warmup <= 1:
+            raise GBPNError(f"{_option('warmup')} is a fraction of epochs in [0, 1], got {o.warmup}")
+        validate_encoder(self.encoder, mini_batch=s.batch_size is not None)
+        if o.budget is not None and (self.encoder.potential != "auto" or not o.budget >= 1):
+            raise GBPNError(f"{_option('budget')} counts full trainings (at least 1) of a --potential auto search, got "
+                            f"{o.budget} with --potential {self.encoder.potential}")
+        if self.encoder.potential != "mlp" and m.precision != "fp32":
+            raise GBPNError("--precision bf16 is implemented for the mlp potential only")
+        if e.metric not in METRICS + ("auto",):
             raise GBPNError(f"unknown metric {e.metric!r}; choose one of {', '.join(METRICS)} or auto")
 
     def potential_options(self, potential: Optional[str] = None) -> Dict:

@@ -61,13 +61,13 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         if num_nodes is None:
             raise GBPNError("the linkx potential needs the graph's number of nodes")
         options["num_nodes"] = num_nodes
-    return {
-        "in_channels": in_channels,
     # a pairwise model's arguments stay those of earlier versions (their checkpoints, bit for bit)
     motifs = {} if config.motifs == "none" else {
         "motifs": config.motifs, "max_triangles_per_node": config.max_triangles_per_node, "triangle_seed": seed}
-        "num_classes": num_classes,
+    return {
         **motifs,
+        "in_channels": in_channels,
+        "num_classes": num_classes,
         "hidden_channels": config.hidden,
         "num_hidden": config.num_hidden,
         "dropout": dropout,
@@ -92,9 +92,9 @@ def predict(
     node_chunk: Optional[int] = None,
     edge_chunk: Optional[int] = None,
     message_dtype: Optional[torch.dtype] = None,
+    triangles: Optional[Tensor] = None,
 ) -> Tensor:
     """Log-beliefs ``[N, c]`` in evaluation mode; nodes in ``known_mask`` are clamped to ``data.y``.
-    triangles: Optional[Tensor] = None,
     Runs on the model's device (inputs are moved there) and returns the beliefs there.
 
     ``node_chunk`` computes the self-potentials that many nodes at a time (a graph encoder's,
@@ -109,18 +109,18 @@ def predict(
     memory. It reads ``data.pairs`` ``[2, P]`` (each undirected edge once) when present,
     so a huge graph never needs its symmetric ``edge_index``; chunks are ``edge_chunk``
     pairs (default 2^20).
-    """
-    model.eval()
 
     A triangle model (``motifs="triangle"``) runs on the whole graph (no ``edge_chunk``, no
     ``message_dtype``), on ``triangles`` (default: :meth:`~gbpn.models.gbpn.GBPN.triangles_of` the graph).
+    """
+    model.eval()
     device = next(model.parameters()).device
-    if known_mask is not None and getattr(data, "y", None) is None:
-        raise GBPNError("known_mask clamps nodes to their labels in data.y, and data has no y")
     motifs = getattr(model, "motifs", "none") != "none"
     if motifs and (message_dtype is not None or edge_chunk is not None):
         raise GBPNError("a triangle model's BP runs on the whole graph in float32: leave out the edge chunks and "
                         "half-precision messages")
+    if known_mask is not None and getattr(data, "y", None) is None:
+        raise GBPNError("known_mask clamps nodes to their labels in data.y, and data has no y")
     if ("rev_index" not in data and isinstance(data.edge_index, Tensor) and data.edge_index.layout == torch.strided
             and message_dtype is None):
         # a plain Data as fit reads it: cleaned the same way
@@ -143,8 +143,6 @@ def predict(
             pairs = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
         return model.bp.infer_pairs(log_self, pairs, data.y if known_mask is not None else None, known_mask,
                                     num_steps=num_steps, pair_chunk=edge_chunk or 1 << 20, message_dtype=message_dtype)
-    return model.bp(
-        log_self,
     if motifs:
         if triangles is None:
             triangles = model.triangles_of(data.edge_index, data.num_nodes)
@@ -152,6 +150,8 @@ def predict(
                         edge_weight=getattr(data, "edge_weight", None),
                         known_labels=data.y if known_mask is not None else None, known_mask=known_mask,
                         num_steps=num_steps)
+    return model.bp(
+        log_self,
         data.edge_index,
         rev_index=getattr(data, "rev_index", None),
         edge_weight=getattr(data, "edge_weight", None),
@@ -251,6 +251,8 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
     y = data.y
     ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
     start = time.perf_counter()
+    x = model.precompute(prepare_features(data.x, dtype=feature_dtype(model)), ei)  # once, not per step
+    precompute_seconds = time.perf_counter() - start
     start = time.perf_counter()
     tri = model.triangles_of(ei, data.num_nodes)  # once per graph: the same triangles every step
     triangle_seconds = time.perf_counter() - start
@@ -258,8 +260,6 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
         logger.info(f"{desc}: {tri.size(1):,} triangles" + (f" (at most {config.max_triangles_per_node} per node)"
                                                             if config.max_triangles_per_node else "")
                     + f", enumerated in {triangle_seconds:.2f} s")
-    x = model.precompute(prepare_features(data.x, dtype=feature_dtype(model)), ei)  # once, not per step
-    precompute_seconds = time.perf_counter() - start
     alpha = degree_temperature(ei, data.num_nodes) if config.degree_weight else None
     train_idx = train_mask.nonzero().view(-1)
     transductive = config.variant == "gbpn"
@@ -317,10 +317,10 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
         metrics.update(world_size=rank_and_world()[1], rank_parameter_digests=all_gather_object(parameter_digest(model)))
     metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
     metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
-    if tri is not None:
-        metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds, triangle_form=model.bp.triangle.form)
                    potential=candidate_name(config), potential_separate=config.separate,
                    precompute_seconds=precompute_seconds)
+    if tri is not None:
+        metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds, triangle_form=model.bp.triangle.form)
     if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
         metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
     positive = getattr(data, "positive_class", None)

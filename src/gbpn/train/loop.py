@@ -137,9 +137,9 @@ def diverged(model: torch.nn.Module) -> Optional[str]:
         spread = float(log_H.max() - log_H.min())
         if spread > REFUSE.get(log_H.dtype, math.inf):
             return f"log H spans {spread:.0f}"
-    return None
     triangle = getattr(getattr(model, "bp", None), "triangle", None)  # a triangle model's T (gbpn.bp.motifs)
     if triangle is not None:
         spread = triangle.spread()
         if spread > REFUSE.get(triangle.weight.dtype, math.inf):
             return f"the triangle factor's log spans {spread:.0f}"
+    return None
