@@ -19,15 +19,19 @@ GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", 
 
 def add_parser(sub, common) -> None:
     b = sub.add_parser("benchmark", parents=common, help="grid of models x datasets x trials, resumable, with a Markdown table")
-    b.add_argument("--preset", choices=["table2", "table3", "heterophily"], default=None,
-                   help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs")
+    b.add_argument("--preset", choices=["table2", "table3", "heterophily", "motifs", "motifs-real"], default=None,
+                   help="the paper's Table 2 (synthetic) or Table 3 (real) grid, or heterophilous graphs; motifs: "
+                        "pairwise against triangle GBPN on the triangle MRF (with BP on the true factors), "
+                        "motifs-real: the same on real graphs")
     b.add_argument("--quick", action="store_true",
                    help="smoke run: 2 trials of 100 epochs, without gbpn:auto (table2: the 4 reference grids "
                         "only); see the README for what it costs")
     b.add_argument("--models", nargs="+", default=None,
                    help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
-                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto")
+                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto; "
+                        "with triangle factors gbpn-triangle, gbpn-i-triangle (gbpn-triangleN: at most N triangles "
+                        "per node); BP with a synthetic MRF's true factors: exact-bp, exact-bp-i")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--budget", type=float, default=2.0, metavar="B",
                    help="free grid: full trainings (of --epochs) each :tuned model's search spends, its final "

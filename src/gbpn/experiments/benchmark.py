@@ -29,6 +29,7 @@ from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.lock import holder, is_held, release, try_lock
+from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
@@ -47,6 +48,10 @@ def gbpn_config(model: str, **kw) -> Optional[TrainConfig]:
     """The :class:`TrainConfig` of a GBPN model name (``gbpn``, ``gbpn-i``, ``gbpn:<potential>``),
     or None for a baseline's name."""
     variant, _, potential = model.partition(":")
+    motifs = triangle_variant(variant)  # gbpn-triangle[<cap>]: the same with --motifs triangle (gbpn.experiments.motifs)
+    if motifs is not None:
+        variant, cap = motifs
+        kw = {**kw, "motifs": "triangle", "max_triangles_per_node": cap}
     if variant not in GBPN_MODELS or (potential and potential not in POTENTIALS):
         return None
     potential = potential or "mlp"
@@ -69,6 +74,21 @@ PRESETS: Dict[str, Dict] = {
         "datasets": ["cora", "citeseer", "pubmed", "cs", "physics", "election", "sexual"],
         "trials": 10,
         "epochs": 500,
+    },
+    # issue 50: pairwise against triangle GBPN on the triangle MRF, with BP on the true factors for reference
+    "motifs": {
+        "models": ["exact-bp", "gbpn", "gbpn-triangle", "exact-bp-i", "gbpn-i", "gbpn-i-triangle"],
+        "datasets": ["synth-triangle"],
+        "trials": 10,
+        "epochs": 500,
+    },
+    # ... and on real graphs, at most 50 triangles per node (Squirrel has 9.6 million triangles)
+    "motifs-real": {
+        "models": ["gbpn", "gbpn-triangle50"],
+        "datasets": ["cora", "citeseer", "chameleon-filtered", "squirrel-filtered", "chameleon", "squirrel"],
+        "trials": 10,
+        "epochs": 500,
+        "patience": 100,
     },
     "heterophily": {
         "models": ["mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs", "gbpn-i", "gbpn", "gbpn:auto"],
@@ -97,9 +117,12 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
         return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout)
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
                          patience=patience, metric=metric, dropout=dropout)
+    if model in EXACT_MODELS:
+        metrics = exact_bp(model, data, masks)
+        return (metrics, None) if keep else metrics
     if config is not None:
         res = fit(data, config, seed=seed, masks=masks)
-        metrics = dict(res.metrics)
+        metrics = {**res.metrics, **triangle_fit(res.model, data)}
         # flatten the candidates of --potential auto into numeric columns (the choice stays a name)
         for cand in metrics.pop("auto_candidates", []):
             for k, v in cand.items():
@@ -270,7 +293,7 @@ def run_grid(
     elsewhere a line per finished run with the time spent and left (:class:`gbpn.progress.Progress`)."""
     out = Path(output)
     for m in models:
-        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS:
+        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS + EXACT_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
             "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout, "budget": budget}
