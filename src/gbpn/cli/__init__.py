@@ -37,8 +37,9 @@ MAX_COUNT = 2**31 - 1
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="gbpn", description="Graph Belief Propagation Networks for node classification.",
-                                     epilog="Progress bars show on a terminal only; messages go to stderr through "
-                                            "logging, results to stdout.")
+                                     epilog="Progress: bars on a terminal; in a file or a pipe, a line per finished "
+                                            "trial, run or study point with the time elapsed and left. Messages go to "
+                                            "stderr through logging, results to stdout.")
     parser.add_argument("--version", action="version", version=f"gbpn {gbpn.__version__}")
     parents = [common()]
     sub = parser.add_subparsers(dest="command", required=True)

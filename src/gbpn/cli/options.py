@@ -138,7 +138,7 @@ def common() -> argparse.ArgumentParser:
     """-v/-q, accepted by every command."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="debug messages too")
-    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress bars")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only, no progress bars or lines")
     return parser
 
 

@@ -221,6 +221,9 @@ def run_trials(
         best_val = max((_validation(t, config.metric) for t in done), default=None)
         # a bar over the trials on a terminal; in a log, each trial's line says the time spent and left
         bar = Progress(trials - len(finished), data.name, unit="trial", enabled=progress, log=log)
+        if progress and trials > len(finished):  # what the command will do, before its first (silent) minutes
+            log(f"{trials - len(finished)} trial(s) to train on {data.name} ({data.num_nodes} nodes, "
+                f"{int(data.edge_index.size(1))} directed edges), up to {config.epochs} epochs each, into {out}")
         for trial in range(trials):
             if trial in finished:
                 continue
