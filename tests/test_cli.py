@@ -576,3 +576,25 @@ def test_negative_scientific_values_reach_the_range_check(capsys):
 
     assert main(["train", "--weight-decay", "-1e-3"]) == 2
     assert "--weight-decay) must be a finite number >= 0, got -0.001" in capsys.readouterr().err
+
+
+def test_python_warnings_become_our_lines_or_nothing(monkeypatch, capsys):
+    """A dependency's raw warning (NumPy's RuntimeWarning, torch's UserWarning) never reaches the user
+    (-v shows it as a debug line); gbpn's own is one line of the log."""
+    import warnings
+
+    import gbpn.cli.coupling as coupling
+
+    ours = str(Path(coupling.__file__).with_name("output.py"))
+
+    def noisy(args):
+        warnings.warn_explicit("overflow encountered in exp", RuntimeWarning, "/site-packages/numpy/core.py", 7)
+        warnings.warn_explicit("GBPN_POOL_BYTES must be a number of bytes", RuntimeWarning, ours, 9)
+        return 0
+
+    monkeypatch.setattr(coupling, "run", noisy)
+    assert main(["coupling", "--checkpoint", "x.pt"]) == 0
+    err = capsys.readouterr().err
+    assert err == "warning: GBPN_POOL_BYTES must be a number of bytes\n"
+    assert main(["coupling", "--checkpoint", "x.pt", "-v"]) == 0
+    assert "RuntimeWarning from /site-packages/numpy/core.py:7: overflow encountered in exp" in capsys.readouterr().err

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 from typing import List, Optional
 
 import gbpn
@@ -79,12 +80,27 @@ def _logging_to_stderr(verbose: int, quiet: bool):
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
     logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning_to_log
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(saved[0])
+            logger.propagate = saved[1]
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _warning_to_log(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning during a command: gbpn's own (a setting it ignores, a kernel it cannot use) is
+    one line of the log; a dependency's (NumPy, PyTorch, PyG) is for -v only, never a raw warning a
+    user cannot act on."""
+    if os.path.abspath(filename).startswith(_PACKAGE + os.sep):
+        logger.warning(f"warning: {message}")
+    else:
+        logger.debug(f"{category.__name__} from {filename}:{lineno}: {message}")
 
 
 def _check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
