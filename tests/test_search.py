@@ -195,3 +195,33 @@ def test_tuned_baselines_search_within_the_budget_and_choose_on_validation(ising
     with pytest.raises(GBPNError, match="unknown tuned baseline"):
         fit_tuned("gin", ising, masks)
     assert not math.isnan(m["test_accuracy"])
+
+
+@pytest.mark.parametrize("argv", [["--potential", "mlp", "--budget", "2"], ["--potential", "auto", "--budget", "0.5"]])
+def test_a_budget_without_auto_or_below_one_training_is_one_line_exit_2(argv, capsys, tmp_path):
+    from gbpn.cli import main
+
+    assert main(["train", "--dataset", "synth-ising+", "--epochs", "2", "--output", str(tmp_path / "r"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--budget" in err[0] and "full trainings" in err[0]
+    assert not (tmp_path / "r" / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_gbpn_train_interrupted_between_auto_candidates_resumes_there(tmp_path, monkeypatch):
+    from gbpn import api
+    from gbpn.train.config import TrainConfig
+
+    cfg = TrainConfig(epochs=3, hidden=16, potential="auto")
+    calls = _interrupting(monkeypatch, None)
+    clean, _ = api.train("synth-ising+", cfg, output=str(tmp_path / "clean"), progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        _interrupting(monkeypatch, 2)
+        api.train("synth-ising+", cfg, output=str(tmp_path / "cut"), progress=False)
+    assert len(list((tmp_path / "cut" / "units" / "trial_0").glob("*/*.pt"))) == 2
+    rerun = _interrupting(monkeypatch, None)
+    resumed, _ = api.train("synth-ising+", cfg, output=str(tmp_path / "cut"), progress=False)
+    assert len(rerun) == len(calls) - 2
+    keys = ("potential", "val_accuracy", "test_accuracy", "auto_candidates")
+    assert {k: resumed["trials"][0][k] for k in keys} == {k: clean["trials"][0][k] for k in keys}
+    assert not (tmp_path / "cut" / "units" / "trial_0").exists()  # gone once the trial is recorded

@@ -125,7 +125,7 @@ def train(dataset: str, config: TrainConfig, trials: int = 1, seed: int = 0, out
           data_dir: Optional[str] = None, sample: int = 0, header: Optional[bool] = None, save_trials: bool = False,
           progress: bool = True) -> Tuple[Dict, str]:
     """Seeded trials of ``config`` on ``dataset`` into the run folder ``output`` (default:
-    ``runs/<dataset>-<variant>[-<potential>]-seed<seed>``), resumed where it stopped; see
+    ``runs/<dataset>-<variant>[-<potential>][-budget<B>]-seed<seed>``), resumed where it stopped; see
     :func:`gbpn.experiments.runner.run_trials`. Returns ``metrics.json``'s contents and the folder."""
     from gbpn.data.datasets import dataset_name
     from gbpn.experiments.runner import run_trials
@@ -133,7 +133,8 @@ def train(dataset: str, config: TrainConfig, trials: int = 1, seed: int = 0, out
 
     if rank_and_world()[1] > 1:
         check_data_parallel(config)
-    potential = "" if config.potential == "mlp" else f"-{config.potential}"
+    potential = ("" if config.potential == "mlp" else f"-{config.potential}") + (
+        f"-budget{config.budget:g}" if config.budget is not None else "")  # a search is another run than exhaustive auto
     output = output or f"runs/{dataset_name(dataset)}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=progress, header=header,
                         save_trials=save_trials)

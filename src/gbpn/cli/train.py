@@ -24,7 +24,7 @@ def add_parser(sub, common) -> None:
     add_threads(r)
     r.add_argument("--output", default=None,
                    help="run folder (default: runs/<dataset>-<variant>-seed<seed>, with -<potential> after the "
-                        "variant for a potential other than mlp)")
+                        "variant for a potential other than mlp and -budget<B> after it for --budget)")
     r.add_argument("--save-trials", action="store_true",
                    help="keep every trial's checkpoint (checkpoints/trial_K.pt) and class probabilities of every "
                         "node (predictions/trial_K.csv), not only the best trial's model.pt")

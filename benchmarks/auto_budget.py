@@ -1,0 +1,140 @@
+"""Cost and accuracy of ``--potential auto --budget B`` against one plain run of the configuration it chose.
+
+Per data set and trial (the split ``gbpn benchmark`` uses: the public split ``trial`` where the data set has
+them, else a random 30/20/50 split seeded ``seed + trial``), in one process, one after the other:
+
+1. ``fit`` with ``--potential auto --budget B`` (wall time of the whole search, its final training included);
+2. ``fit`` of the configuration it chose, alone (wall time of one run).
+
+The two alternate (A B A B ...), so both see the machine's load of the same minutes. The plain run is the
+search's final training again (same seed, split and configuration): its scores must equal the search's,
+which the script checks. Rows go to ``--output`` (one JSON line per trial, appended as each finishes;
+a rerun skips the trials already there). ``--summarize`` prints the study's tables from those rows, the
+``:tuned`` and two-layer baselines' grid and earlier exhaustive ``gbpn:auto`` grids (``--reference``).
+
+    python benchmarks/auto_budget.py --datasets cora chameleon squirrel --trials 3 --patience 100 \\
+        --data-dir ../shared/datasets --output results/auto-budget/cost.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def _mean_std(values) -> str:
+    import numpy as np
+
+    v = 100 * np.asarray(values, dtype=float)
+    return f"{v.mean():.1f} ± {v.std(ddof=1):.1f}" if v.size > 1 else f"{v.mean():.1f}"
+
+
+def summarize(cost: Path, grids, reference) -> str:
+    """Markdown tables: the cost of each search against one run of its choice, and the test accuracy of the
+    budgeted search, of exhaustive ``gbpn:auto`` (``reference`` CSVs of earlier grids), of the ``:tuned``
+    and two-layer baselines (``grids``' results.csv), each on the trials the budgeted search ran."""
+    import csv
+    import statistics
+    from collections import Counter
+
+    rows = [json.loads(line) for line in cost.read_text().splitlines()]
+    grid_rows = [r for g in grids for r in csv.DictReader(open(g))]
+    ref_rows = [r for g in reference for r in csv.DictReader(open(g)) if r["model"] == "gbpn:auto"]
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    out = ["| dataset | trials | auto chose | configurations | epochs trained (of 1000) | budgeted auto s | "
+           "one run of its choice s | ratio (median, range) |", "|---" * 8 + "|"]
+    for d in datasets:
+        rs = [r for r in rows if r["dataset"] == d]
+        ratios = [r["ratio"] for r in rs]
+        chose = ", ".join(f"{k} {n}" for k, n in Counter(r["chosen"] for r in rs).most_common())
+        out.append(f"| {d} | {len(rs)} | {chose} | {rs[0]['configurations']} | "
+                   f"{statistics.mean(r['search_epochs'] for r in rs):.0f} | "
+                   f"{statistics.mean(r['auto_seconds'] for r in rs):.0f} | "
+                   f"{statistics.mean(r['single_seconds'] for r in rs):.0f} | "
+                   f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
+    models = list(dict.fromkeys(r["model"] for r in grid_rows))
+    out += ["", "| dataset | trials | budgeted auto | exhaustive auto (reference) | "
+            + " | ".join(models) + " |", "|---" * (4 + len(models)) + "|"]
+    for d in datasets:
+        trials = sorted(r["trial"] for r in rows if r["dataset"] == d)
+        cells = [_mean_std([r["test_accuracy"] for r in rows if r["dataset"] == d])]
+        ref = [r["test_accuracy"] for r in ref_rows if r["dataset"] == d and int(r["trial"]) in trials]
+        cells.append(_mean_std(ref) + ("" if len(ref) == len(trials) else f" (n={len(ref)})") if ref else "–")
+        for m in models:
+            v = [r["test_accuracy"] for r in grid_rows if r["dataset"] == d and r["model"] == m
+                 and int(r["trial"]) in trials]
+            cells.append(_mean_std(v) + ("" if len(v) == len(trials) else f" (n={len(v)})") if v else "–")
+        out.append(f"| {d} | {len(trials)} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=["cora", "chameleon", "squirrel"])
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=2.0)
+    p.add_argument("--epochs", type=int, default=500)
+    p.add_argument("--patience", type=int, default=100)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", required=True)
+    p.add_argument("--summarize", nargs="*", metavar="RESULTS_CSV", default=None,
+                   help="print the tables from --output and these grids' results.csv instead of running")
+    p.add_argument("--reference", nargs="*", default=[],
+                   help="with --summarize: results.csv files holding exhaustive gbpn:auto rows on the same trials")
+    args = p.parse_args()
+    if args.summarize is not None:
+        print(summarize(Path(args.output), args.summarize, args.reference), end="")
+        return
+
+    import torch
+
+    from gbpn.data import load_dataset
+    from gbpn.data.splits import trial_split
+    from gbpn.train.auto import candidate_name
+    from gbpn.train.config import TrainConfig
+    from gbpn.train.fit import fit
+    from gbpn.train.metrics import default_metric
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.output)
+    done = {(r["dataset"], r["trial"]) for r in map(json.loads, out.read_text().splitlines())} if out.is_file() else set()
+    for name in args.datasets:
+        data = load_dataset(name, args.data_dir)
+        first = trial_split(data, 0, args.seed)[0]
+        metric = default_metric(data.y, int(data.num_classes), first[0] | first[1])
+        for trial in range(args.trials):
+            if (name, trial) in done:
+                continue
+            s = args.seed + trial
+            masks, split = trial_split(data, trial, s)
+            config = TrainConfig(potential="auto", budget=args.budget, epochs=args.epochs, patience=args.patience,
+                                 metric=metric)
+            start = time.perf_counter()
+            auto = fit(data, config, seed=s, masks=masks)
+            auto_wall = time.perf_counter() - start
+            chosen = auto.config
+            start = time.perf_counter()
+            single = fit(data, chosen, seed=s, masks=masks)
+            single_wall = time.perf_counter() - start
+            same = all(auto.metrics[k] == single.metrics[k] for k in ("val_accuracy", "test_accuracy", "best_epoch"))
+            row = {"dataset": name, "trial": trial, "seed": s, "split": split, "metric": metric, "budget": args.budget,
+                   "chosen": candidate_name(chosen), "chosen_params": auto.metrics["auto_search"]["chosen"]["params"],
+                   "configurations": auto.metrics["search_configurations"],
+                   "search_epochs": auto.metrics["search_epochs"], "final_epochs": auto.metrics["epochs_run"],
+                   "auto_seconds": auto_wall, "single_seconds": single_wall, "ratio": auto_wall / single_wall,
+                   "same_as_single": same,
+                   **{f"{k}": auto.metrics[k] for k in ("val_accuracy", "test_accuracy") if k in auto.metrics},
+                   **{f"{k}": auto.metrics[k] for k in (f"val_{metric}", f"test_{metric}") if k in auto.metrics}}
+            with out.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+            print(f"{name} trial {trial}: chose {row['chosen']} ({row['configurations']} configurations, "
+                  f"{row['search_epochs']} epochs); auto {auto_wall:.0f} s, one run {single_wall:.0f} s, ratio "
+                  f"{row['ratio']:.2f}; test {100 * row['test_accuracy']:.1f}; same as the plain run: {same}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
