@@ -66,7 +66,7 @@ def test_a_long_unit_gets_heartbeat_lines_saying_its_epoch():
         time.sleep(0.3)  # between units (none running) no heartbeat
         assert len(lines) == count
     beat = next(line for line in lines if "epoch 7 of 500" in line)
-    assert beat.startswith("grid: cora gcn trial 0 running for ") and beat.endswith("(run 1/2)")
+    assert beat.startswith("grid: cora gcn trial 0 running for ") and beat.endswith(", epoch 7 of 500")
 
 
 def test_a_nested_progress_speaks_for_the_running_unit():

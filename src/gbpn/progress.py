@@ -125,5 +125,4 @@ class Progress:
             inner = _active and _active[-1] is not self  # a nested Progress speaks for the unit
             if since is None or inner or now - max(self.last_line, since) < self.heartbeat:
                 continue
-            self._say(f"{self.desc}: {self.what} running for {duration(now - since)}"
-                      + (f", {self.at}" if self.at else "") + f" ({self.unit} {self.finished + 1}/{self.total})")
+            self._say(f"{self.desc}: {self.what} running for {duration(now - since)}" + (f", {self.at}" if self.at else ""))

@@ -52,6 +52,7 @@ from gbpn.baselines.training import (
     split_metrics,
 )
 from gbpn.errors import GBPNError
+from gbpn.progress import step as progress_step
 
 DRAWS = ("sample", "max", "expect")
 
@@ -215,6 +216,7 @@ def fit_gmnn(
             best, best_q = row, copy.deepcopy(model.q.state_dict())
         step += 1
         bar.update()
+        progress_step(step, bar.total, "step")  # for a log's heartbeat line (gbpn.progress)
         bar.set_postfix(phase=phase, val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
 
     gold = model.gold(y, train_mask)
