@@ -598,3 +598,30 @@ def test_python_warnings_become_our_lines_or_nothing(monkeypatch, capsys):
     assert err == "warning: GBPN_POOL_BYTES must be a number of bytes\n"
     assert main(["coupling", "--checkpoint", "x.pt", "-v"]) == 0
     assert "RuntimeWarning from /site-packages/numpy/core.py:7: overflow encountered in exp" in capsys.readouterr().err
+
+
+def test_commands_writing_into_a_folder_another_run_holds_stop_or_wait(trained, tmp_path, capsys):
+    """predict, coupling and analyze take the output folder's lock as train does: a second writer
+    stops with one line naming the folder, or with --wait writes once the holder lets go."""
+    import threading
+
+    from gbpn.experiments.lock import FOLDER_LOCK
+
+    hold = ("import sys, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+            "sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / FOLDER_LOCK)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    checkpoint = ["--checkpoint", str(trained / "model.pt")]
+    try:
+        for cmd in (["predict", "--output", str(tmp_path / "p.csv")], ["coupling", "--output", str(tmp_path)],
+                    ["analyze", "convergence", "--steps", "2", "--no-layout", "--output", str(tmp_path)]):
+            code, _, err = run([*cmd, *checkpoint], capsys)
+            assert code == 2 and f"{tmp_path} is in use by another run" in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == [FOLDER_LOCK]  # nothing written
+        threading.Timer(0.5, holder.stdin.close).start()  # the holder ends half a second from now
+        code, _, _ = run(["predict", "--output", str(tmp_path / "p.csv"), "--wait", *checkpoint], capsys)
+        assert code == 0 and (tmp_path / "p.csv").is_file()
+    finally:
+        holder.kill()
+        holder.wait()

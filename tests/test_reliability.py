@@ -114,7 +114,7 @@ def test_unwritable_output_is_a_clear_error(run2, graph, tmp_path, capsys):
     code = main(["predict", "--checkpoint", str(run2 / "model.pt"), "--dataset", str(graph),
                  "--output", str(blocker / "p.csv")])
     err = capsys.readouterr().err
-    assert code == 2 and "cannot write" in err and "p.csv" in err and f"{blocker} is a file, not a folder" in err
+    assert code == 2 and "cannot write" in err and f"{blocker} is a file, not a folder" in err
     # a file given as an output folder
     assert _train(["--dataset", str(graph)], blocker) == 2
     assert f"{blocker} is a file, not a folder" in capsys.readouterr().err

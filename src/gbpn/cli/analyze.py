@@ -3,8 +3,10 @@ studies that train their own (sampling, degree --fanouts, identifiability)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 from pathlib import Path
+from typing import Callable
 
 from gbpn.cli.options import (
     DEFAULT_DATASET,
@@ -16,9 +18,10 @@ from gbpn.cli.options import (
     add_option,
     add_study_args,
     add_threads,
+    add_wait,
     given,
 )
-from gbpn.cli.output import mean_std, ratio
+from gbpn.cli.output import locked, mean_std, ratio
 from gbpn.cli.predict import loaded
 from gbpn.errors import GBPNError
 
@@ -35,6 +38,7 @@ def add_parser(sub, common) -> None:
     add_checkpoint_args(conv)
     conv.add_argument("--steps", type=POSITIVE, default=20, help="BP steps T to run (default: 20)")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
+    add_wait(conv)
     add_threads(conv)
     conv.add_argument("--output", default=None, help="folder (default: analysis/ beside the checkpoint)")
     ad = asub.add_parser("degree", parents=common,
@@ -74,16 +78,23 @@ def add_parser(sub, common) -> None:
     ai.add_argument("--seed", type=int, default=0,
                     help="seed of the split and the training; the grids are the fixed synth-<kind> data sets "
                          "(default: 0)")
+    add_wait(ai)
     add_threads(ai)
     ai.add_argument("--output", default="runs/identifiability", help="folder (default: runs/identifiability)")
 
 
 def run(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:  # the output folder's lock, from where the analysis knows it to the end
+        return _analysis(args, lambda out: stack.enter_context(locked(out, args.wait)))
+
+
+def _analysis(args: argparse.Namespace, hold: Callable[[Path], None]) -> int:
     from gbpn.io import write_json
 
     if args.analysis == "identifiability":
         from gbpn.experiments.coupling import identifiability
 
+        hold(Path(args.output))
         results = identifiability(args.kinds, args.output, epochs=args.epochs, seed=args.seed,
                                   progress=not args.quiet)
         write_json(Path(args.output) / "identifiability.json", {**_record(args), "results": results})
@@ -92,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if args.analysis == "degree":
         _check_degree_mode(args)
     if args.analysis == "sampling" or (args.analysis == "degree" and args.fanouts):
-        return _sampling_study(args)
+        return _sampling_study(args, hold)
     if args.analysis == "degree" and not args.checkpoint:
         raise GBPNError("gbpn analyze degree needs --checkpoint (confidence by degree) or --fanouts (sub-sampling study)")
     from gbpn.experiments.convergence import convergence, node_layout, save_convergence, steps_to_tolerance
@@ -106,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
 
         res = confidence_by_degree(model, data, masks[2], mask)
         out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
+        hold(out)
         save_degree(res, out, title=f"on {data.name} ({meta.get('variant')}), test nodes")
         for i in range(len(res["count"])):
             print(f"degree {res['degree_low'][i]:>4}-{res['degree_high'][i]:<4} n={res['count'][i]:>5}  "
@@ -117,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     result = convergence(model, data, masks, mask, max_steps=args.steps)
     layout, method = (None, "") if args.no_layout else node_layout(data)
     out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
+    hold(out)
     save_convergence(result, layout, method, out, title=f"on {data.name} ({meta.get('variant')}, evidence: {known})")
     tol_step = steps_to_tolerance(result["step_change_max"])
     per_step = {k: v for k, v in result.items() if k != "settle_step"}  # per node: settle_steps.csv
@@ -153,7 +166,7 @@ def _check_degree_mode(args: argparse.Namespace) -> None:
                         "study conditions on each trial's training labels as it trains")
 
 
-def _sampling_study(args: argparse.Namespace) -> int:
+def _sampling_study(args: argparse.Namespace, hold: Callable[[Path], None]) -> int:
     """``analyze sampling`` and ``analyze degree --fanouts``: studies that train their own models."""
     from gbpn.data.datasets import dataset_name, load_dataset
     from gbpn.experiments import sampling
@@ -169,6 +182,7 @@ def _sampling_study(args: argparse.Namespace) -> int:
     name = dataset_name(args.dataset)
     kind = "sampling" if args.analysis == "sampling" else "degree"
     out = Path(args.output or f"runs/{kind}-{name}")
+    hold(out)
     record = {**_record(args), "dataset": name}
     if kind == "sampling":
         if args.fanout is None:

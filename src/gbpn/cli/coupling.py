@@ -4,26 +4,35 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gbpn.cli.options import add_threads
+from gbpn.cli.options import add_threads, add_wait
+from gbpn.cli.output import locked
 
 
 def add_parser(sub, common) -> None:
     c = sub.add_parser("coupling", parents=common, help="print the learned coupling H; heatmap (PNG, SVG) and CSV")
     c.add_argument("--checkpoint", required=True, help="model.pt written by gbpn train")
     c.add_argument("--output", default=None, help="folder for coupling.png/.svg/.csv (default: the checkpoint's)")
+    add_wait(c)
     add_threads(c)
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from gbpn.experiments.coupling import compare_couplings, plot_couplings, save_coupling_csv
     from gbpn.train.checkpoint import load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
+    out = Path(args.output or Path(args.checkpoint).parent) / "coupling.png"
+    with locked(out.parent, args.wait):
+        return _report(model, meta, out)
+
+
+def _report(model, meta: dict, out: Path) -> int:
+    """Print the coupling, write its heatmaps and CSV (and the triangle factor's, for a motif model)."""
+    import numpy as np
+
+    from gbpn.experiments.coupling import compare_couplings, plot_couplings, save_coupling_csv
+
     H = model.bp.coupling.normalized().numpy()
     names = meta.get("class_names") or [str(k) for k in range(model.num_classes)]
-    out = Path(args.output or Path(args.checkpoint).parent) / "coupling.png"
     panels = {f"learned ({meta.get('variant', '')})": H}
     true_H = meta.get("true_coupling")
     if true_H is not None:

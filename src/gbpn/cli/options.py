@@ -107,6 +107,11 @@ def add_checkpoint_args(p: argparse.ArgumentParser, required: bool = True) -> No
     p.add_argument("--known", choices=["auto", "none", "train", "labeled"], default="auto", help=KNOWN_HELP)
 
 
+def add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true", help="when another run is writing into the same output folder, "
+                                                       "wait for it to finish instead of stopping with an error")
+
+
 def add_threads(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=POSITIVE, default=1, help=THREADS_HELP)
 
@@ -119,6 +124,7 @@ def add_study_args(p: argparse.ArgumentParser, epochs: int, trials: int) -> None
     p.add_argument("--trials", type=POSITIVE, default=trials, help=f"seeded trials (default: {trials})")
     add_option(p, "batch_size", default=256, help="target nodes per mini-batch (default: 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
+    add_wait(p)
     add_threads(p)
 
 

@@ -1,9 +1,13 @@
 """What several commands write: a file option that may name a folder, and a mean with its spread."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from typing import Optional
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+from gbpn.errors import GBPNError
 
 
 def file_in(path: Optional[str], name: str) -> Optional[str]:
@@ -12,6 +16,34 @@ def file_in(path: Optional[str], name: str) -> Optional[str]:
     if path and (path.endswith(("/", os.sep)) or os.path.isdir(path)):
         return os.path.join(path, name)
     return path
+
+
+@contextlib.contextmanager
+def locked(folder: Union[str, Path], wait: bool = False, what: str = "--output") -> Iterator[None]:
+    """Hold ``folder``'s lock (the one ``gbpn train`` holds on its run folder) while a command writes
+    into it: a second command into the same folder stops at once naming the holder, or with ``wait``
+    waits for it. Only the first process of a ``torchrun`` group takes it."""
+    from gbpn.experiments.lock import FOLDER_LOCK, folder_busy, lock_folder, release
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    folder = Path(folder)
+    new = not folder.exists()
+    lock = lock_folder(folder, what, wait)
+    if lock is None:
+        raise GBPNError(folder_busy(folder, what))
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        # a command that stopped with an error leaves no folder of its own making behind (it made the lock only)
+        ours = {FOLDER_LOCK, FOLDER_LOCK + ".holder"}
+        release(lock, remove=failed and new and {p.name for p in folder.iterdir()} <= ours)
+        if failed and new:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def mean_std(summary: dict, key: str) -> str:

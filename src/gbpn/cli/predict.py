@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from gbpn.cli.options import NON_NEGATIVE, POSITIVE, add_checkpoint_args, add_option, add_threads, given
-from gbpn.cli.output import file_in
+from gbpn.cli.options import NON_NEGATIVE, POSITIVE, add_checkpoint_args, add_option, add_threads, add_wait, given
+from gbpn.cli.output import file_in, locked
 from gbpn.errors import GBPNError
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ def add_parser(sub, common) -> None:
     p.add_argument("--output", default=None,
                    help="CSV to write (a folder: predictions.csv in it; default: predictions.csv beside the "
                         "checkpoint)")
+    add_wait(p)
     add_threads(p)
 
 
@@ -68,10 +69,11 @@ def run(args: argparse.Namespace) -> int:
                             "with torchrun, or leave it out")
     run_ = loaded(args)
     output = file_in(args.output, "predictions.csv") or str(Path(args.checkpoint).with_name("predictions.csv"))
-    if rank_and_world()[1] > 1:
-        return _partitioned_predict(args, run_, output)
-    probs = api.predict(run_, args.num_steps, args.node_chunk, args.edge_chunk, args.half_messages, args.device)
-    write_probabilities(output, probs, run_)
+    with locked(Path(output).parent, args.wait):
+        if rank_and_world()[1] > 1:
+            return _partitioned_predict(args, run_, output)
+        probs = api.predict(run_, args.num_steps, args.node_chunk, args.edge_chunk, args.half_messages, args.device)
+        write_probabilities(output, probs, run_)
     return 0
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, given
+from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, add_wait, given
 from gbpn.cli.output import mean_std
 from gbpn.train.config import OPTIONS, TrainConfig
 
@@ -13,7 +13,7 @@ def add_parser(sub, common) -> None:
     t.add_argument("--config", default=None,
                    help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
                         "hyper-parameter come from it; of the options below only --output, --threads, "
-                        "--data-dir, --header and --save-trials may be given with it; --output defaults as "
+                        "--data-dir, --header, --save-trials and --wait may be given with it; --output defaults as "
                         "without --config, so give it unless the recorded run's folder should be resumed)")
     add_data_args(t.add_argument_group("data"))
     add_config_options(t)
@@ -21,6 +21,7 @@ def add_parser(sub, common) -> None:
     add_option(r, "device")
     r.add_argument("--trials", type=POSITIVE, default=1, help="trials, each with its own seed and split (default: 1)")
     r.add_argument("--seed", type=int, default=0, help="seed of the first trial (default: 0)")
+    add_wait(r)
     add_threads(r)
     r.add_argument("--output", default=None,
                    help="run folder (default: runs/<dataset>-<variant>-seed<seed>, with -<potential> after the "
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         header = args.header
         api.check_applicable(config, given(args, ["train"], OPTIONS))
     result, output = api.train(dataset, config, trials, seed, args.output, data_dir, sample, header=header,
-                               save_trials=args.save_trials, progress=not args.quiet)
+                               save_trials=args.save_trials, progress=not args.quiet, wait=args.wait)
     if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
         return 0
     s = result["summary"]

@@ -141,12 +141,14 @@ def run_trials(
     log: Callable[[str], None] = logger.info,
     header: Optional[bool] = None,
     save_trials: bool = False,
+    wait: bool = False,
 ) -> Dict:
     """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split, or
     the data set's public splits where it has them, see :func:`gbpn.data.splits.trial_split`).
 
     ``save_trials`` keeps every trial's checkpoint and per-node class probabilities (evidence:
-    the training labels for GBPN, none for GBPN-I), not only the best trial's checkpoint.
+    the training labels for GBPN, none for GBPN-I), not only the best trial's checkpoint. ``wait``:
+    when another run holds the output folder, wait for it instead of raising :class:`GBPNError`.
 
     Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
     ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std). ``header`` is passed to
@@ -197,7 +199,7 @@ def run_trials(
     try:
         if rank == 0:
             try:
-                lock = lock_folder(out)
+                lock = lock_folder(out, wait=wait)
                 done, error = (_resume_state(out, metrics_path, run_config, trials, log, defaults) if lock is not None else
                                ([], folder_busy(out, "--output folder")))
             except GBPNError as err:  # an output path that cannot be written: every rank stops with it
