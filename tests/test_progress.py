@@ -21,6 +21,16 @@ def test_a_log_gets_one_line_per_unit_with_elapsed_and_left():
     assert lines[2].endswith("elapsed, all done")
 
 
+def test_a_plan_is_said_before_the_first_unit():
+    lines = []
+    with Progress(6, "sampling study", unit="training", log=lines.append, heartbeat=0,
+                  plan="3 trial(s) x 2 samplers") as bar:
+        assert lines == ["sampling study: 6 training(s) to do (3 trial(s) x 2 samplers)"]
+        bar.start("a")
+    with Progress(6, "quiet", enabled=False, log=lines.append, plan="anything"):
+        assert len(lines) == 1
+
+
 def test_disabled_progress_says_nothing_and_a_terminal_gets_the_bar(monkeypatch):
     lines = []
     with Progress(2, "grid", enabled=False, log=lines.append) as bar:

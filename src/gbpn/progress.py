@@ -53,10 +53,13 @@ class Progress:
         enabled: ``False`` shows nothing (``-q``).
         log: where the lines go (default: the ``gbpn`` logger at INFO).
         heartbeat: seconds between the lines of a unit still running (0: none; default :data:`HEARTBEAT`).
+        plan: what the units are (``"3 trials x 2 samplers, 100 epochs each"``); given, a first line
+            says ``"<desc>: <total> <unit>(s) to do (<plan>)"``, on a terminal too.
     """
 
     def __init__(self, total: int, desc: str, unit: str = "run", enabled: bool = True,
-                 log: Optional[Callable[[str], None]] = None, heartbeat: Optional[float] = None) -> None:
+                 log: Optional[Callable[[str], None]] = None, heartbeat: Optional[float] = None,
+                 plan: str = "") -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.log = log or logger.info
         self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True, dynamic_ncols=True)
@@ -67,6 +70,8 @@ class Progress:
         self.start_time = self.last_line = time.monotonic()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        if enabled and plan:  # before the first unit's silent minutes
+            self.log(f"{desc}: {total} {unit}(s) to do ({plan})")
         _active.append(self)
         if self.lines and self.heartbeat > 0:
             self._thread = threading.Thread(target=self._beat, name="gbpn-progress", daemon=True)

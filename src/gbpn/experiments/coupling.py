@@ -103,7 +103,8 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
 
     out = Path(output)
     results: Dict[str, Dict[str, float]] = {}
-    bar = Progress(len(kinds), "identifiability", unit="grid", enabled=progress)
+    bar = Progress(len(kinds), "identifiability", unit="grid", enabled=progress,
+                   plan=f"{', '.join(kinds)}: each sampled, then trained for {epochs} epochs")
     for kind in kinds:
         bar.start(kind)
         data = load_dataset(f"synth-{kind}")

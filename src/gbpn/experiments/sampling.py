@@ -62,7 +62,8 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     x = prepare_features(data.x)
     epochs: List[Dict] = []
     accuracy: List[Dict] = []
-    bar = Progress(2 * trials, "sampling study", unit="training", enabled=progress)
+    bar = Progress(2 * trials, "sampling study", unit="training", enabled=progress,
+                   plan=f"{trials} trial(s) x Exp3 and uniform sampling, {config.epochs} epochs each")
     for t in range(trials):
         s = seed + t
         masks = random_split(data.y, config.train_frac, config.val_frac, s)
@@ -157,7 +158,8 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
     ``progress``: a bar on a terminal, elsewhere a line per trained model (:class:`gbpn.progress.Progress`).
     """
     rows = []
-    bar = Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress)
+    bar = Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress,
+                   plan=f"{len(fanouts)} fanout(s) x {trials} trial(s), {config.epochs} epochs each")
     deg_all = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
     for fanout in fanouts:
         cfg = replace(config, num_steps=1, num_hops=1, fanout=fanout, degree_weight=False,

@@ -1,4 +1,5 @@
-"""``gbpn benchmark`` as a user runs it: progress in a log, default folders, absent data sets."""
+"""Long commands as a user runs them: progress in a log (benchmark, the analyses that train), -q, a
+benchmark's default folders and absent data sets."""
 import os
 import subprocess
 import sys
@@ -60,3 +61,14 @@ def test_a_preset_with_a_missing_data_set_stops_with_exit_2(tmp_path, monkeypatc
                  "--skip-missing"])
     err = capsys.readouterr().err
     assert code == 2 and "skipping ising+" in err and "every data set of the grid was skipped" in err
+
+
+def test_a_study_says_what_it_will_do_and_each_trained_model_in_a_log(tmp_path, capsys):
+    out = str(tmp_path / "i")
+    assert main(["analyze", "identifiability", "--kinds", "ising+", "--epochs", "1", "--output", out]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "identifiability: 1 grid(s) to do (ising+: each sampled, then trained for 1 epochs)" in err
+    done = [line for line in err if line.startswith("identifiability: grid 1/1 done (ising+) in ")]
+    assert len(done) == 1 and done[0].endswith("elapsed, all done")
+    assert main(["analyze", "identifiability", "--kinds", "ising+", "--epochs", "1", "--output", out, "-q"]) == 0
+    assert capsys.readouterr().err == ""
