@@ -81,6 +81,7 @@ PRESETS: Dict[str, Dict] = {
         "datasets": ["synth-triangle"],
         "trials": 10,
         "epochs": 500,
+        "patience": 100,
     },
     # ... and on real graphs, at most 50 triangles per node (Squirrel has 9.6 million triangles)
     "motifs-real": {
