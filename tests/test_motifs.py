@@ -150,3 +150,33 @@ def test_fit_learns_a_triangle_factor_with_both_variants():
         GBPN(2, 2, motifs="triangle", backward="implicit")
     with pytest.raises(ValueError, match="pairwise model"):
         GBPN(2, 2)(torch.randn(3, 2), torch.tensor([[0, 1], [1, 0]]), triangles=torch.zeros(3, 0, dtype=torch.long))
+
+
+def test_benchmark_names_and_the_exact_model_reference():
+    from gbpn.data.splits import random_split
+    from gbpn.errors import GBPNError
+    from gbpn.experiments.benchmark import gbpn_config
+    from gbpn.experiments.motifs import exact_bp, triangle_fit
+
+    c = gbpn_config("gbpn-i-triangle50", epochs=3)
+    assert (c.variant, c.motifs, c.max_triangles_per_node, c.epochs) == ("gbpn-i", "triangle", 50, 3)
+    c = gbpn_config("gbpn-triangle:sign")
+    assert (c.variant, c.motifs, c.max_triangles_per_node, c.potential) == ("gbpn", "triangle", None, "sign")
+    assert gbpn_config("gbpn").motifs == "none" and gbpn_config("gcn-triangle") is None
+    with pytest.raises(GBPNError, match="positive"):
+        gbpn_config("gbpn-triangle0")
+    data = make_triangle_mrf(8, 8, num_classes=2, triangle_strength=1.0, num_samples=1, burn_in=20, thin=1)
+    masks = random_split(data.y, 0.3, 0.2, 0)
+    clamped, free = exact_bp("exact-bp", data, masks), exact_bp("exact-bp-i", data, masks)
+    assert clamped["train_accuracy"] == 1.0  # the evidence stays clamped
+    assert free["train_accuracy"] < 1.0 and 0 <= free["test_accuracy"] <= 1
+    plain = make_triangle_mrf(4, 4, num_samples=1, burn_in=2, thin=1)
+    del plain.true_T
+    with pytest.raises(GBPNError, match="true factors"):
+        exact_bp("exact-bp", plain, masks)
+    model = GBPN(2, 2, motifs="triangle")
+    with torch.no_grad():
+        model.bp.triangle.weight.copy_(data.true_T.double().log())
+    fit_ = triangle_fit(model, data)
+    assert fit_["triangle_correlation"] == pytest.approx(1.0) and fit_["triangle_relative_error"] < 1e-6
+    assert triangle_fit(GBPN(2, 2), data) == {}
