@@ -1,4 +1,5 @@
 """gbpn.progress: a bar on a terminal, a line per finished unit (and a heartbeat) in a log."""
+import logging
 import sys
 import time
 
@@ -49,11 +50,15 @@ def test_disabled_progress_says_nothing_and_a_terminal_gets_the_bar(monkeypatch)
             return True
 
     monkeypatch.setattr(sys, "stderr", Terminal())
+    console = logging.StreamHandler(sys.stderr)  # as the command line logs
+    gbpn_logger = logging.getLogger("gbpn")
+    monkeypatch.setattr(gbpn_logger, "handlers", [console])
     with Progress(2, "grid", log=lines.append) as bar:
         assert not bar.lines and not bar.bar.disable  # tqdm's own test found a terminal: a bar, no lines
+        assert console not in gbpn_logger.handlers  # messages meanwhile go through tqdm.write, above the bar
         bar.start("a")
         bar.done()
-    assert lines == []
+    assert lines == [] and gbpn_logger.handlers == [console]
 
 
 def _wait_for(lines, text, seconds=10.0):

@@ -10,12 +10,15 @@ The lines go through the ``gbpn`` logger at INFO, so ``-q`` silences them.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import threading
 import time
 from typing import Callable, List, Optional
 
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 __all__ = ["HEARTBEAT", "Progress", "duration", "step"]
 
@@ -62,8 +65,14 @@ class Progress:
                  plan: str = "") -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.log = log or logger.info
-        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None if enabled else True, dynamic_ncols=True)
-        self.lines = enabled and self.bar.disable  # tqdm found no terminal: log lines instead of a bar
+        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None if enabled and total > 0 else True,
+                        dynamic_ncols=True)
+        self.lines = enabled and total > 0 and self.bar.disable  # tqdm found no terminal: lines instead of a bar
+        self._redirect = contextlib.ExitStack()
+        if not self.bar.disable and any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stdout, sys.stderr)
+                                        for h in logger.handlers):
+            # messages printed while the bar shows go above it (tqdm.write), not through it
+            self._redirect.enter_context(logging_redirect_tqdm(loggers=[logger]))
         self.heartbeat = HEARTBEAT if heartbeat is None else heartbeat
         self.finished, self.spent = 0, 0.0
         self.what, self.at, self.unit_start = "", "", None  # the unit running, where it is, since when
@@ -91,6 +100,7 @@ class Progress:
         if self in _active:
             _active.remove(self)
         self.bar.close()
+        self._redirect.close()
 
     def start(self, what: str) -> None:
         """Unit ``what`` (``"cora gcn trial 1"``) begins."""

@@ -217,7 +217,7 @@ def fit_gmnn(
         step += 1
         bar.update()
         progress_step(step, bar.total, "step")  # for a log's heartbeat line (gbpn.progress)
-        bar.set_postfix(phase=phase, val=f"{row['val_accuracy']:.3f}", best=f"{best['val_accuracy']:.3f}")
+        bar.set_postfix(phase=phase, val=f"{100 * row['val_accuracy']:.1f}%", best=f"{100 * best['val_accuracy']:.1f}%")
 
     gold = model.gold(y, train_mask)
     for _ in range(pre_steps):

@@ -109,7 +109,7 @@ def train_with_selection(
         if row[key] > best[key] or best_state is None:
             best, best_out = dict(row), out
             best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{row[key]:.3f}", best=f"{best[key]:.3f}")
+        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{100 * row[key]:.1f}%", best=f"{100 * best[key]:.1f}%")
         if patience is not None and epoch - best["epoch"] >= patience:
             break
     bar.close()
