@@ -25,13 +25,14 @@ def main() -> None:
     from torch_geometric.nn import GCNConv
 
     import gbpn.bp.backends.cuda_triton as ft
+    import gbpn.bp.backends.triton_kernels as tk
     from gbpn.data.generators import planted_partition_graph
     from gbpn.bp.layer import BeliefPropagation
 
     data = planted_partition_graph(args.nodes, args.edges, 8, max(args.classes), seed=0)
     ei, rev = data.edge_index.cuda(), data.rev_index.cuda()
     n = data.num_nodes
-    layout = ft.device_csr(ei, rev, n)
+    layout = tk.device_csr(ei, rev, n)
     print(f"{torch.cuda.get_device_name()}; {n} nodes, {ei.size(1)} directed edges; step ms, median (do_bench)")
     # (edges per program, nodes per program), product with H, tl.dot precision
     sweep = [((32, 64), None, "ieee"), ((64, 64), None, "ieee"), ((128, 64), None, "ieee"),
@@ -61,7 +62,7 @@ def main() -> None:
             name = f"{product or ft._product(c, torch.float32)}/{precision}"
             mark = "*" if blocks == ft._BLOCKS and product is None and precision == "ieee" else " "
             try:
-                t = step(lambda k: ft.triton_bp(phi, log_H, layout, k, 0.0, None, None, None, None, False, False,
+                t = step(lambda k: tk.triton_bp(phi, log_H, layout, k, 0.0, None, None, None, None, False, False,
                                                 blocks=blocks, product=product, precision=precision))
             except Exception as exc:  # report and go on: one configuration may not compile
                 print(f"      {name:>16} blocks {blocks}: failed ({type(exc).__name__}: {str(exc)[:200]})")

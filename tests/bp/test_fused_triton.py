@@ -1,4 +1,4 @@
-"""The Triton BP inference kernels (gbpn.bp.backends.cuda_triton) against the eager reference step.
+"""The Triton BP inference kernels (gbpn.bp.backends.triton_kernels, behind the cuda_triton backend) against the eager reference step.
 
 On a GPU they run through ``BeliefPropagation`` on CUDA. Without one, where triton is installed
 (the test extra brings it), they run in Triton's interpreter on CPU tensors: tests/conftest.py sets
@@ -60,7 +60,7 @@ def _close(actual, expected):
 
 def check_case(dtype, damping, mw, c, product, device, blocks=None, size=(50, 0.12)):
     """The kernels equal the eager path: beliefs, residuals, messages; evidence stays clamped."""
-    from gbpn.bp.backends.cuda_triton import triton_bp
+    from gbpn.bp.backends.triton_kernels import triton_bp
     from gbpn.graph.layouts import device_csr
 
     log_self, ei, rev, H, labels, known, weight = _inputs(dtype, c, mw, n=size[0], p=size[1])
@@ -139,9 +139,9 @@ def _interpreted():
         return "a GPU is here: test_triton_equals_eager_on_cuda runs the compiled kernels instead"
     from triton.runtime.interpreter import InterpretedFunction
 
-    from gbpn.bp.backends import cuda_triton
+    from gbpn.bp.backends import triton_kernels
 
-    if not isinstance(cuda_triton._edge_kernel, InterpretedFunction):
+    if not isinstance(triton_kernels._edge_kernel, InterpretedFunction):
         return ("triton was imported before TRITON_INTERPRET=1 was set (tests/conftest.py sets it), so the "
                 "kernels are compiled ones, which need a GPU")
     return None
@@ -164,7 +164,7 @@ def test_triton_kernels_equal_eager_in_the_interpreter(dtype, damping, mw, c, pr
 def test_triton_self_test_passes_in_the_interpreter():
     """The self-test that guards the backend on a GPU (both products, every option) runs in the interpreter;
     dispatch on the CPU still declines the backend."""
-    from gbpn.bp.backends.cuda_triton import _self_test
+    from gbpn.bp.backends.triton_kernels import _self_test
 
     with np.errstate(all="ignore"):
         for dtype in (torch.float32, torch.float64):
@@ -181,3 +181,13 @@ def test_the_automatic_product():
     assert [_product(c, torch.float32) for c in (2, 15, 16, 47)] == ["loop", "loop", "dot", "dot"]
     assert [_product(c, torch.float64) for c in (2, 47)] == ["loop", "loop"]
     assert set(PRODUCTS) == {"dot", "broadcast", "loop"}
+
+
+def test_the_bp_layer_loads_without_triton():
+    """Triton (a second or more to import) loads only where its kernels run, not with every BP layer."""
+    import subprocess
+    import sys
+
+    code = "import sys, gbpn.bp, gbpn.nn; assert 'triton' not in sys.modules, 'triton loaded'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
