@@ -103,24 +103,23 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
 
     out = Path(output)
     results: Dict[str, Dict[str, float]] = {}
-    bar = Progress(len(kinds), "identifiability", unit="grid", enabled=progress,
-                   plan=f"{', '.join(kinds)}: each sampled, then trained for {epochs} epochs")
-    for kind in kinds:
-        bar.start(kind)
-        data = load_dataset(f"synth-{kind}")
-        res = fit(data, TrainConfig(variant=variant, epochs=epochs), seed=seed)
-        learned = res.model.bp.coupling.normalized().numpy()
-        true = data.true_H.numpy()
-        cmp = compare_couplings(learned, true)
-        results[kind] = {**cmp, "test_accuracy": res.metrics["test_accuracy"]}
-        for ext in ("png", "svg"):
-            plot_couplings({"true H": true, "learned H": learned}, out / f"identifiability_{kind}.{ext}",
-                           suptitle=f"{kind}: relative error {cmp['relative_error']:.2f}, "
-                                    f"correlation {cmp['correlation']:.3f}")
-        bar.done()
-        log(f"{kind}: relative error {cmp['relative_error']:.3f}, correlation {cmp['correlation']:.3f}, "
-            f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
-    bar.close()
+    with Progress(len(kinds), "identifiability", unit="grid", enabled=progress,
+                  plan=f"{', '.join(kinds)}: each sampled, then trained for {epochs} epochs") as bar:
+        for kind in kinds:
+            bar.start(kind)
+            data = load_dataset(f"synth-{kind}")
+            res = fit(data, TrainConfig(variant=variant, epochs=epochs), seed=seed)
+            learned = res.model.bp.coupling.normalized().numpy()
+            true = data.true_H.numpy()
+            cmp = compare_couplings(learned, true)
+            results[kind] = {**cmp, "test_accuracy": res.metrics["test_accuracy"]}
+            for ext in ("png", "svg"):
+                plot_couplings({"true H": true, "learned H": learned}, out / f"identifiability_{kind}.{ext}",
+                               suptitle=f"{kind}: relative error {cmp['relative_error']:.2f}, "
+                                        f"correlation {cmp['correlation']:.3f}")
+            bar.done()
+            log(f"{kind}: relative error {cmp['relative_error']:.3f}, correlation {cmp['correlation']:.3f}, "
+                f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
     buf = io.StringIO()
     buf.write("kind,relative_error,correlation,max_abs_log_diff,test_accuracy\n")
     for k, r in results.items():

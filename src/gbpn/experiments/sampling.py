@@ -62,32 +62,31 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     x = prepare_features(data.x)
     epochs: List[Dict] = []
     accuracy: List[Dict] = []
-    bar = Progress(2 * trials, "sampling study", unit="training", enabled=progress,
-                   plan=f"{trials} trial(s) x Exp3 and uniform sampling, {config.epochs} epochs each")
-    for t in range(trials):
-        s = seed + t
-        masks = random_split(data.y, config.train_frac, config.val_frac, s)
-        known = _known(config, masks[0])
+    with Progress(2 * trials, "sampling study", unit="training", enabled=progress,
+                  plan=f"{trials} trial(s) x Exp3 and uniform sampling, {config.epochs} epochs each") as bar:
+        for t in range(trials):
+            s = seed + t
+            masks = random_split(data.y, config.train_frac, config.val_frac, s)
+            known = _known(config, masks[0])
 
-        def record(epoch: int, model, sampler) -> None:
-            model.eval()
-            with torch.no_grad():
-                _, log_msg = model.bp(model.self_potential(x, data.edge_index), data.edge_index,
-                                      rev_index=data.rev_index,
-                                      known_labels=data.y if known is not None else None, known_mask=known,
-                                      return_messages=True)
-            epochs.append({"trial": t, "epoch": epoch, **variance_ratios(
-                log_msg, data.edge_index, data.num_nodes, config.fanout, sampler.probs, sampler.graph)})
-            model.train()
+            def record(epoch: int, model, sampler) -> None:
+                model.eval()
+                with torch.no_grad():
+                    _, log_msg = model.bp(model.self_potential(x, data.edge_index), data.edge_index,
+                                          rev_index=data.rev_index,
+                                          known_labels=data.y if known is not None else None, known_mask=known,
+                                          return_messages=True)
+                epochs.append({"trial": t, "epoch": epoch, **variance_ratios(
+                    log_msg, data.edge_index, data.num_nodes, config.fanout, sampler.probs, sampler.graph)})
+                model.train()
 
-        for sampler in ("exp3", "uniform"):
-            bar.start(f"trial {t + 1}/{trials}, {sampler} sampling")
-            res = fit(data, replace(config, sampler=sampler), seed=s, masks=masks,
-                      on_epoch=record if sampler == "exp3" else None)
-            accuracy.append({"trial": t, "sampler": sampler, "test_accuracy": res.metrics["test_accuracy"],
-                             "val_accuracy": res.metrics["val_accuracy"]})
-            bar.done(f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
-    bar.close()
+            for sampler in ("exp3", "uniform"):
+                bar.start(f"trial {t + 1}/{trials}, {sampler} sampling")
+                res = fit(data, replace(config, sampler=sampler), seed=s, masks=masks,
+                          on_epoch=record if sampler == "exp3" else None)
+                accuracy.append({"trial": t, "sampler": sampler, "test_accuracy": res.metrics["test_accuracy"],
+                                 "val_accuracy": res.metrics["val_accuracy"]})
+                bar.done(f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
     return {"epochs": epochs, "accuracy": accuracy}
 
 
@@ -158,29 +157,28 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
     ``progress``: a bar on a terminal, elsewhere a line per trained model (:class:`gbpn.progress.Progress`).
     """
     rows = []
-    bar = Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress,
-                   plan=f"{len(fanouts)} fanout(s) x {trials} trial(s), {config.epochs} epochs each")
-    deg_all = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
-    for fanout in fanouts:
-        cfg = replace(config, num_steps=1, num_hops=1, fanout=fanout, degree_weight=False,
-                      batch_size=config.batch_size or 256, sampler="uniform")
-        for t in range(trials):
-            bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t + 1}/{trials}")
-            s = seed + t
-            masks = random_split(data.y, cfg.train_frac, cfg.val_frac, s)
-            res = fit(data, cfg, seed=s, masks=masks)
-            log_b = predict(res.model, data, _known(cfg, masks[0]))
-            test = masks[2].nonzero().view(-1)
-            loglik = log_b[test].gather(1, data.y[test].view(-1, 1)).view(-1)
-            correct = (log_b[test].argmax(1) == data.y[test]).float()
-            low = degree_split(deg_all[test].float())
-            row = {"max_neighbours": fanout if fanout is not None else "all", "trial": t}
-            for name, sel in (("all", torch.ones_like(low)), ("low30", low), ("high70", ~low)):
-                row[f"{name}_log_likelihood"] = float(loglik[sel].mean())
-                row[f"{name}_accuracy"] = float(correct[sel].mean())
-            rows.append(row)
-            bar.done(f"test accuracy {100 * row['all_accuracy']:.1f}%")
-    bar.close()
+    with Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress,
+                  plan=f"{len(fanouts)} fanout(s) x {trials} trial(s), {config.epochs} epochs each") as bar:
+        deg_all = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+        for fanout in fanouts:
+            cfg = replace(config, num_steps=1, num_hops=1, fanout=fanout, degree_weight=False,
+                          batch_size=config.batch_size or 256, sampler="uniform")
+            for t in range(trials):
+                bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t + 1}/{trials}")
+                s = seed + t
+                masks = random_split(data.y, cfg.train_frac, cfg.val_frac, s)
+                res = fit(data, cfg, seed=s, masks=masks)
+                log_b = predict(res.model, data, _known(cfg, masks[0]))
+                test = masks[2].nonzero().view(-1)
+                loglik = log_b[test].gather(1, data.y[test].view(-1, 1)).view(-1)
+                correct = (log_b[test].argmax(1) == data.y[test]).float()
+                low = degree_split(deg_all[test].float())
+                row = {"max_neighbours": fanout if fanout is not None else "all", "trial": t}
+                for name, sel in (("all", torch.ones_like(low)), ("low30", low), ("high70", ~low)):
+                    row[f"{name}_log_likelihood"] = float(loglik[sel].mean())
+                    row[f"{name}_accuracy"] = float(correct[sel].mean())
+                rows.append(row)
+                bar.done(f"test accuracy {100 * row['all_accuracy']:.1f}%")
     return rows
 
 
