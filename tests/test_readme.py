@@ -96,6 +96,24 @@ def test_readme_and_usage_lines_run_as_written_in_order(data_dir, tmp_path, monk
     assert (tmp_path / "runs" / "my-mrf-gbpn-seed0" / "predictions.csv").is_file()
 
 
+def test_benchmark_lines_parse_and_name_their_data():
+    """The ``gbpn benchmark`` lines are not run (minutes to hours each), but each one parses, and names
+    its data folder unless its data sets are generated (synth-*) or downloaded by OGB: a grid stops at
+    its first absent data set."""
+    from gbpn.cli import build_parser
+    from gbpn.experiments.benchmark import PRESETS
+
+    lines = [line for path in (README, USAGE) for block in _blocks("bash", path)
+             for line in (x.split("  #")[0].strip() for x in block.replace("\\\n", " ").splitlines())
+             if line.startswith("gbpn benchmark")]
+    assert len(lines) >= 5
+    for line in lines:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        datasets = PRESETS[args.preset]["datasets"] if args.preset else args.datasets
+        own = all(d.startswith(("synth-", "ogbn-")) for d in datasets)
+        assert args.data_dir or own, f"{line}: give --data-dir"
+
+
 def _script(path: Path, data_dir: str, sections=None) -> str:
     code = "\n".join(_blocks("python", path, sections))
     assert code, f"{path.name} has no python examples"
