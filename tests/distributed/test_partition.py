@@ -318,3 +318,28 @@ def test_one_process_partitioned_inference_with_memory_mapped_or_sparse_inputs(t
     for data in (mapped, sparse):
         torch.testing.assert_close(partitioned_beliefs(model, data, num_steps=4)[1], ref, atol=1e-6, rtol=0)
     assert torch.equal(mapped.x, x) and torch.equal(mapped.pairs, pairs)
+
+
+def test_a_partitioned_bp_step_gets_its_line_only_at_debug_or_when_slow(caplog, monkeypatch):
+    import logging
+
+    from torch_geometric.data import Data
+
+    from gbpn.distributed import inference
+    from gbpn.models.gbpn import GBPN
+
+    n, f = 40, 6
+    data = Data(x=torch.rand(n, f, generator=torch.Generator().manual_seed(2)), pairs=random_pairs(n, 120, 3),
+                num_nodes=n)
+    torch.manual_seed(0)
+    model = GBPN(f, 3)
+
+    def step_levels():
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="gbpn"):
+            inference.partitioned_beliefs(model, data, num_steps=3)
+        return [r.levelname for r in caplog.records if r.getMessage().startswith("BP step ")]
+
+    assert step_levels() == ["DEBUG"] * 3  # fast steps: shown with -v only
+    monkeypatch.setattr(inference, "SLOW_STEP", 0.0)  # every step "slow": at default verbosity
+    assert step_levels() == ["INFO"] * 3
