@@ -556,7 +556,8 @@ def test_version_answers_without_loading_torch():
 
 @pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["predict", "--help"], ["coupling", "--help"],
                                   ["train", "--weight-decay", "x"], ["train", "--weight-decay", "-1e-3"],
-                                  ["train", "--lr", "-inf"], ["train", "--no-such-flag"]])
+                                  ["train", "--lr", "-inf"], ["train", "--no-such-flag"],
+                                  ["train", "--dataset", "no-such-set"], ["train", "--dataset", "./no/such/folder"]])
 def test_help_and_argument_errors_answer_without_loading_torch(argv):
     """--help, usage errors and out-of-range values answer before PyTorch (and PyG) load: a second,
     not the seconds those take."""

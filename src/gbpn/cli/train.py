@@ -5,6 +5,7 @@ import argparse
 
 from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, add_wait, given
 from gbpn.cli.output import mean_std
+from gbpn.data.names import check_dataset_name
 from gbpn.train.config import OPTIONS, TrainConfig
 
 
@@ -35,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config is None:  # the options' own checks first: a value out of range answers before PyTorch loads
         config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
         config.validate()
+        check_dataset_name(args.dataset)
     from gbpn import api
     from gbpn.data.datasets import dataset_name
     from gbpn.distributed import rank_and_world

@@ -20,7 +20,7 @@ import stat
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,24 +29,26 @@ from torch_geometric.data import Data
 
 from gbpn.data.byo import load_byo
 from gbpn.data.graph import clean_graph, validate_data
-from gbpn.data.mrf import SYNTHETIC_KINDS, make_synthetic
+from gbpn.data.mrf import make_synthetic
+from gbpn.data.names import (  # noqa: F401  (the names, where callers have always imported them)
+    ALIASES,
+    COAUTHOR,
+    OGB,
+    PLANETOID,
+    REFERENCE_GRIDS,
+    SYNTHETIC_KINDS,
+    TRIANGLE_MRF,
+    WIKIPEDIA,
+    YANDEX,
+    available_datasets,
+    check_dataset_name,
+    dataset_name,
+)
 from gbpn.data.triangle_mrf import make_triangle_mrf
 from gbpn.errors import DatasetNotFoundError, GBPNError
 
-PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
-COAUTHOR = {"cs": "CS", "physics": "Physics"}
-WIKIPEDIA = ("chameleon", "squirrel")
-# Platonov et al. (2023) npz files; the filtered ones drop duplicate nodes that leak across splits.
-YANDEX = {"chameleon-filtered": "chameleon_filtered", "squirrel-filtered": "squirrel_filtered",
-          "chameleon-yandex": "chameleon", "squirrel-yandex": "squirrel"}
-OGB = ("ogbn-arxiv", "ogbn-products")
-REFERENCE_GRIDS = SYNTHETIC_KINDS
-# the triangle MRF of issue 50: a 32 x 32 triangular lattice, two classes, the three-spin triangle potential
-# (no pairwise coupling), the angular field (gbpn.data.triangle_mrf)
-TRIANGLE_MRF = "synth-triangle"
 TRIANGLE_MRF_SETTINGS = {"rows": 32, "cols": 32, "num_classes": 2, "pair_strength": 0.0, "triangle_strength": 0.5,
                          "field_strength": 0.5}
-ALIASES = {"county_facebook": "election", "sexual_interaction": "sexual"}
 log = logging.getLogger(__name__)
 
 
@@ -78,14 +80,6 @@ def loading_lock(key: str) -> Iterator[None]:
     finally:
         if lock is not None:
             lock.release()
-
-
-def available_datasets() -> List[str]:
-    return (
-        list(PLANETOID) + list(COAUTHOR) + list(WIKIPEDIA) + list(YANDEX) + ["election", "sexual", "elliptic"] + list(OGB)
-        + list(REFERENCE_GRIDS)
-        + [f"synth-{k}" for k in SYNTHETIC_KINDS] + [TRIANGLE_MRF]
-    )
 
 
 def _is_writable(path: Path) -> bool:
@@ -407,25 +401,6 @@ def _reference_grid(kind: str, root: Path, sample: int) -> Data:
     data = Data(x=torch.tensor(coords, dtype=torch.float32), y=torch.from_numpy(y), edge_index=torch.from_numpy(edges.T))
     data.num_classes = 2 if kind.startswith("ising") else 3
     return data
-
-
-def dataset_name(dataset: str) -> str:
-    """How runs and tables name a data set: a folder by its last component (``~`` and ``.`` expanded),
-    a built-in name as it is."""
-    path = Path(os.path.abspath(os.path.expanduser(dataset)))
-    return path.name if path.is_dir() else dataset
-
-
-def check_dataset_name(name: str) -> None:
-    """Raise :class:`GBPNError` unless ``name`` is a data set of :func:`available_datasets` or an existing
-    folder: the check :func:`load_dataset` makes first, without loading anything."""
-    if ALIASES.get(name.lower(), name.lower()) in available_datasets() or Path(name).expanduser().is_dir():
-        return
-    if "/" in name or os.sep in name or name.startswith((".", "~")):
-        raise GBPNError(f"no such folder: {name} (a bring-your-own data set is a folder with edges.csv and "
-                        "features.csv)")
-    raise GBPNError(f"unknown dataset {name!r}: choose one of {', '.join(available_datasets())}, "
-                    "or give the path of a folder with edges.csv and features.csv")
 
 
 def load_dataset(

@@ -14,9 +14,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
+from gbpn.data.names import SYNTHETIC_KINDS
 from gbpn.errors import GBPNError
 
-SYNTHETIC_KINDS = ("ising+", "ising-", "mrf+", "mrf-")
 
 
 def _potts(c: int, strength: float) -> Tensor:
