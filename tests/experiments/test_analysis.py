@@ -100,3 +100,28 @@ def test_degree_split_takes_the_lowest_thirty_percent():
     deg = torch.tensor([5, 1, 9, 3, 3, 7, 2, 8, 4, 6])
     low = degree_split(deg.float())
     assert low.sum() == 3 and set(deg[low].tolist()) == {1, 2, 3}
+
+
+def test_convergence_figure_has_whole_step_ticks_and_its_legends_clear_of_the_curves(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from gbpn.experiments import convergence as conv
+
+    steps, n = 3, 50  # few steps: matplotlib's default ticks would fall at 0.5, 1.5, ...
+    rng = np.random.default_rng(0)
+    result = {"step": np.arange(steps + 1), "settle_step": rng.integers(-1, steps, n)}
+    for key in ("residual_mean", "residual_max", "step_change_max"):
+        result[key] = np.geomspace(1, 1e-6, steps + 1)
+    for split in ("train", "val", "test"):
+        result[f"{split}_accuracy"] = np.linspace(0.5, 0.8, steps + 1)
+    figures = []
+    monkeypatch.setattr(conv, "save_figure", lambda fig, path: figures.append(fig))
+    conv.save_convergence(result, rng.normal(size=(n, 2)), "t-SNE", tmp_path)
+    fig = figures[0]
+    fig.canvas.draw()
+    curves = fig.axes[0]
+    ticks = [t for t in curves.get_xticks() if curves.get_xlim()[0] <= t <= curves.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # BP steps are whole
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is not None:  # below its axes, not over the curves or points
+            assert legend.get_window_extent().y1 <= ax.get_window_extent().y0
