@@ -233,9 +233,10 @@ def run_trials(
             s = seed + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
+            # (one process only: data-parallel ranks must train the same units)
             units = out / "units" / f"trial_{trial}"
             res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}",
-                      units=units if rank == 0 and config.potential == "auto" else None)
+                      units=units if world == 1 and config.potential == "auto" else None)
             if rank != 0:  # every rank trains; rank 0 writes
                 continue
             train, val, test = res.masks
