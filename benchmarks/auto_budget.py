@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def summarize(cost: Path, grids, reference) -> str:
                    f"{statistics.mean(r['auto_seconds'] for r in rs):.0f} | "
                    f"{statistics.mean(r['single_seconds'] for r in rs):.0f} | "
                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
-    models = list(dict.fromkeys(r["model"] for r in grid_rows))
+    # in each grid's own order (its config.json), the two-layer baselines before the tuned ones
+    models = list(dict.fromkeys(m for g in grids for m in json.loads((Path(g).parent / "config.json").read_text())
+                                ["models"] if any(r["model"] == m for r in grid_rows)))
     out += ["", "| dataset | trials | budgeted auto | exhaustive auto (reference) | "
             + " | ".join(models) + " |", "|---" * (4 + len(models)) + "|"]
     for d in datasets:
@@ -99,14 +102,18 @@ def main() -> None:
     from gbpn.train.metrics import default_metric
 
     torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")  # the search's rung lines
     out = Path(args.output)
-    done = {(r["dataset"], r["trial"]) for r in map(json.loads, out.read_text().splitlines())} if out.is_file() else set()
+    def done() -> set:  # read again before each trial: several processes may share one --output
+        return {(r["dataset"], r["trial"]) for r in map(json.loads, out.read_text().splitlines())} \
+            if out.is_file() else set()
+
     for name in args.datasets:
         data = load_dataset(name, args.data_dir)
         first = trial_split(data, 0, args.seed)[0]
         metric = default_metric(data.y, int(data.num_classes), first[0] | first[1])
         for trial in range(args.trials):
-            if (name, trial) in done:
+            if (name, trial) in done():
                 continue
             s = args.seed + trial
             masks, split = trial_split(data, trial, s)

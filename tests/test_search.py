@@ -225,3 +225,32 @@ def test_gbpn_train_interrupted_between_auto_candidates_resumes_there(tmp_path, 
     keys = ("potential", "val_accuracy", "test_accuracy", "auto_candidates")
     assert {k: resumed["trials"][0][k] for k in keys} == {k: clean["trials"][0][k] for k in keys}
     assert not (tmp_path / "cut" / "units" / "trial_0").exists()  # gone once the trial is recorded
+
+
+@pytest.mark.slow
+def test_a_tuned_benchmark_row_interrupted_mid_search_resumes_at_its_rungs(tmp_path, monkeypatch):
+    import gbpn.baselines.tuned as tuned
+    from gbpn.experiments.benchmark import run_grid
+
+    real, calls = tuned.train_full_batch, []
+
+    def counted(*args, **kw):
+        if stop[0] is not None and len(calls) == stop[0]:
+            raise KeyboardInterrupt
+        calls.append(args[4])  # the epochs of each training
+        return real(*args, **kw)
+    monkeypatch.setattr(tuned, "train_full_batch", counted)
+    grid = dict(models=["gcn-sep:tuned"], datasets=["synth-ising+"], trials=1, epochs=9, progress=False,
+                log=lambda s: None)
+    stop = [None]
+    run_grid(output=tmp_path / "clean", **grid)
+    total, calls[:] = len(calls), []
+    stop[0] = 3
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(output=tmp_path / "cut", **grid)
+    stop[0], calls[:] = None, []
+    run_grid(output=tmp_path / "cut", **grid)
+    assert len(calls) == total - 3  # the three finished rungs are read back
+    read = lambda folder: json.loads((folder / "rows" / "synth-ising+__gcn-sep:tuned__0.json").read_text())  # noqa: E731
+    assert _without_seconds(read(tmp_path / "cut")) == _without_seconds(read(tmp_path / "clean"))
+    assert not any((tmp_path / "cut" / "units").glob("*/*"))

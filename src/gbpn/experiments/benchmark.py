@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -108,14 +109,15 @@ QUICK = {"trials": 2, "epochs": 100}
 
 def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None,
             patience: Optional[int] = None, metric: str = "auto", keep: bool = False,
-            dropout: Optional[float] = None, budget: float = 2.0):
+            dropout: Optional[float] = None, budget: float = 2.0, units: Optional[Path] = None):
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
     runs early; ``dropout`` overrides the default rule for every model. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.train.fit.TrialResult`,
     a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines.
-    ``budget``: the full trainings a ``:tuned`` model's search spends (:mod:`gbpn.experiments.tuned`)."""
+    ``budget``: the full trainings a ``:tuned`` model's search spends (:mod:`gbpn.experiments.tuned`), ``units``
+    the folder keeping its finished rungs (an interrupted run resumes there)."""
     if model in TUNED_MODELS:
-        return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout)
+        return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout, units)
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
                          patience=patience, metric=metric, dropout=dropout)
     if model in EXACT_MODELS:
@@ -408,8 +410,9 @@ def run_grid(
                     chosen = {n: g for g, n in members[m]}[metrics["potential"]]
                     _copy_outputs(out, f"{d}__{chosen}__{t}", name.name)
             else:
+                # a :tuned run keeps its finished rungs until its row is written: a rerun resumes there
                 metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved[d], keep=save_predictions,
-                                  dropout=dropout, budget=budget)
+                                  dropout=dropout, budget=budget, units=out / "units" / name.name)
                 if save_predictions:
                     metrics, kept = metrics
                     _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))
@@ -420,6 +423,7 @@ def run_grid(
                    # numbers, the chosen potential's name and lists (the learned H)
                    **{k: v for k, v in metrics.items() if isinstance(v, (int, float, list)) or k == "potential"}}
             write_json(name.with_suffix(".json"), row)
+            shutil.rmtree(out / "units" / name.name, ignore_errors=True)
         finally:  # a finished run's lock file goes: whoever locks it next sees the row above
             release(lock, remove=name.with_suffix(".json").is_file())
         return True

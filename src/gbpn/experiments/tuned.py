@@ -8,6 +8,7 @@ each), its final training included.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional, Tuple
 
 from gbpn.baselines.tuned import BASELINE_SPACE, TUNED, fit_tuned
@@ -20,24 +21,25 @@ TUNED_MODELS: Tuple[str, ...] = ("gbpn:tuned", "gbpn-i:tuned", *(f"{n}{SUFFIX}" 
 
 
 def run_tuned(model: str, data, masks, seed: int, epochs: int, budget: float, patience: Optional[int] = None,
-              metric: str = "auto", keep: bool = False, dropout: Optional[float] = None):
+              metric: str = "auto", keep: bool = False, dropout: Optional[float] = None, units: Optional[Path] = None):
     """Search and train one ``:tuned`` row (:data:`TUNED_MODELS`) on one split; its metrics, the chosen
     options as ``tuned__<option>`` columns (GBPN's encoder as ``potential``). ``dropout`` fixes the dropout
-    instead of searching it. With ``keep``, ``(metrics, kept)`` as :func:`~gbpn.experiments.benchmark.run_one`."""
+    instead of searching it; ``units`` keeps finished rungs (a rerun resumes there). With ``keep``,
+    ``(metrics, kept)`` as :func:`~gbpn.experiments.benchmark.run_one`."""
     base = model.removesuffix(SUFFIX)
     if base in ("gbpn", "gbpn-i"):
         config = TrainConfig(variant=base, potential="auto", budget=budget, epochs=epochs, patience=patience,
                              metric=metric, dropout=dropout)
         if dropout is not None:
             config.search_space = {**search_space(config), "dropout": [dropout]}
-        res = fit(data, config, seed=seed, masks=masks)
+        res = fit(data, config, seed=seed, masks=masks, units=units)
         metrics = dict(res.metrics)
         chosen = metrics.pop("auto_search")["chosen"]["params"]
         metrics.update({f"tuned__{k}": v for k, v in chosen.items() if k != "potential" and v is not None})
         return (metrics, res) if keep else metrics
     space = None if dropout is None else {**BASELINE_SPACE, "dropout": [dropout]}
     out = fit_tuned(base, data, masks, seed=seed, epochs=epochs, budget=budget, patience=patience, metric=metric,
-                    space=space, return_probs=keep)
+                    space=space, units=units, return_probs=keep)
     if keep:
         out[0].pop("search")
         return out
