@@ -65,7 +65,8 @@ def test_train_flags_are_generated_from_the_fields():
     train = command_parser(build_parser(), ("train",))
     actions = {a.dest: a for a in train._actions if a.option_strings}
     flagged = {name for name, o in OPTIONS.items() if o.field.metadata.get("cli", True)}
-    assert flagged == set(OPTIONS) - {"learn_coupling", "coupling_init", "train_frac", "val_frac"}
+    assert flagged == set(OPTIONS) - {"learn_coupling", "coupling_init", "train_frac", "val_frac",
+                                      "search_space"}
     for name in flagged:
         assert actions[name].help.replace("%%", "%") == OPTIONS[name].field.metadata["help"]
         assert actions[name].default == OPTIONS[name].field.default

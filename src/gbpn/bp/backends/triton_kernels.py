@@ -15,8 +15,11 @@ from torch import Tensor
 from gbpn.bp.backends.cuda_triton import _BLOCKS, PRODUCTS, _product
 from gbpn.graph.layouts import DeviceCSR, device_csr
 
-import triton
-import triton.language as tl
+try:  # the cuda_triton backend loads this module only where triton is installed (the cuda extra)
+    import triton
+    import triton.language as tl
+except ImportError as err:  # pragma: no cover - a direct import without it
+    raise ImportError("gbpn's Triton kernels need triton: pip install 'gbpn[cuda]'") from err
 
 
 @triton.jit
