@@ -96,7 +96,7 @@ def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: 
         results.append(res)
         m = res.metrics  # a line per candidate: one trial of auto trains several models
         logger.info(f"{desc}: potential candidate {k + 1}/{len(candidates)} {name}: val {config.metric} "
-                    f"{m[f'val_{config.metric}']:.4f} ({m['train_seconds']:.0f} s{', kept from before' if saved else ''})")
+                    f"{100 * m[f'val_{config.metric}']:.2f}% ({m['train_seconds']:.0f} s{', kept from before' if saved else ''})")
     best = results[select_candidate([r.metrics for r in results], config.metric)]
     best.metrics["auto_candidates"] = [candidate_record(candidate_name(r.config), r.metrics, config.metric)
                                        for r in results]

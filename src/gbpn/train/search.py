@@ -167,7 +167,7 @@ def successive_halving(configs: Sequence[Dict], rungs: Sequence[Tuple[int, int]]
         ranked = sorted(alive, key=lambda i: (-_finite(records[i]["rungs"][-1]["val"]), i))
         alive = sorted(ranked[:keep])
         logger.info(f"{desc}: rung {k + 1}/{len(rungs)} ({epochs} epochs, {len(ranked)} configurations): best val "
-                    f"{_finite(records[ranked[0]]['rungs'][-1]['val']):.4f}; {len(alive)} go on")
+                    f"{100 * _finite(records[ranked[0]]['rungs'][-1]['val']):.2f}%; {len(alive)} go on")
     return (alive[0] if alive else 0), records
 
 
