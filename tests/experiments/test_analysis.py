@@ -125,3 +125,24 @@ def test_convergence_figure_has_whole_step_ticks_and_its_legends_clear_of_the_cu
         legend = ax.get_legend()
         if legend is not None:  # below its axes, not over the curves or points
             assert legend.get_window_extent().y1 <= ax.get_window_extent().y0
+
+
+def test_an_interrupted_subsampling_study_trains_only_its_missing_rows(tmp_path, monkeypatch):
+    """Each finished (fanout, trial) row is kept: a rerun after an interruption trains only the rows
+    still missing and gives the same rows."""
+    import gbpn.experiments.sampling as sampling
+    from gbpn.data.generators import planted_partition_graph
+    from gbpn.train.config import TrainConfig
+
+    data = planted_partition_graph(120, 800, 6, 3, seed=0)
+    config = TrainConfig(epochs=2, batch_size=32)
+    keep = tmp_path / "units"
+    first = sampling.subsampling_study(data, [2, None], config, trials=1, keep=keep)
+    files = sorted(keep.rglob("*.json"))
+    assert len(files) == 2
+    files[0].unlink()  # as if interrupted while training that row
+    trained = []
+    fit = sampling.fit
+    monkeypatch.setattr(sampling, "fit", lambda *a, **k: trained.append(1) or fit(*a, **k))
+    again = sampling.subsampling_study(data, [2, None], config, trials=1, keep=keep)
+    assert len(trained) == 1 and again == first

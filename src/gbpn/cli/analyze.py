@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -210,8 +211,10 @@ def _sampling_study(args: argparse.Namespace, hold: Callable[[Path], None]) -> i
         raise GBPNError("--fanouts must be non-negative (0 keeps every neighbour)")
     fanouts = [f or None for f in args.fanouts]
     config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size)
-    rows = sampling.subsampling_study(data, fanouts, config, args.trials, args.seed, progress=not args.quiet)
+    rows = sampling.subsampling_study(data, fanouts, config, args.trials, args.seed, progress=not args.quiet,
+                                      keep=out / "units")  # an interrupted study resumes at its next row
     sampling.save_subsampling_study(rows, out, title=f"on {name}")
+    shutil.rmtree(out / "units", ignore_errors=True)
     write_json(out / "summary.json", {**record, "rows": rows})
     for r in rows:
         print(f"max neighbours {r['max_neighbours']!s:>4} trial {r['trial']}: " + "  ".join(

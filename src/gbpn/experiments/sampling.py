@@ -21,6 +21,7 @@ from gbpn.io import pyplot, save_figure, write_csv
 from gbpn.progress import Progress
 from gbpn.sampling.importance import variance_ratios
 from gbpn.train.fit import fit, predict
+from gbpn.train.units import Units
 from gbpn.data.features import prepare_features
 
 RATIOS = tuple(f"{k}_{a}_vs_{b}" for k in ("total", "median")
@@ -149,14 +150,18 @@ def degree_split(deg: Tensor, low_fraction: float = 0.3) -> Tensor:
 
 
 def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: TrainConfig, trials: int = 1,
-                      seed: int = 0, progress: bool = False) -> List[Dict]:
+                      seed: int = 0, progress: bool = False, keep: Optional[str | Path] = None) -> List[Dict]:
     """The paper's degree-misalignment experiment: a 1-hop GBPN trained on the *unweighted*
     NLL with at most ``d`` uniformly sampled neighbours per node (``None``: all), then
     evaluated with every neighbour. For each ``d`` and trial: test log-likelihood and
     accuracy overall, on the 30% lowest-degree and on the 70% highest-degree test nodes.
     ``progress``: a bar on a terminal, elsewhere a line per trained model (:class:`gbpn.progress.Progress`).
+    ``keep``: a folder that keeps each finished (fanout, trial) row, so that a call after an interruption
+    trains only the rows still missing (the caller removes it once the study is saved).
     """
     rows = []
+    graph = {"nodes": data.num_nodes, "edges": data.edge_index.size(1), "study": "subsampling"}
+    units = Units(keep, {**config.to_dict(), **graph}, seed, (data.y,))
     with Progress(len(fanouts) * trials, "sub-sampling study", unit="training", enabled=progress,
                   plan=f"{len(fanouts)} fanout(s) x {trials} trial(s), {config.epochs} epochs each") as bar:
         deg_all = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
@@ -165,6 +170,11 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
                           batch_size=config.batch_size or 256, sampler="uniform")
             for t in range(trials):
                 bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t + 1}/{trials}")
+                row = units.get(f"fanout{fanout}-trial{t}")
+                if row is not None:  # finished before an interruption
+                    rows.append(row)
+                    bar.done("kept from before")
+                    continue
                 s = seed + t
                 masks = random_split(data.y, cfg.train_frac, cfg.val_frac, s)
                 res = fit(data, cfg, seed=s, masks=masks)
@@ -177,6 +187,7 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
                 for name, sel in (("all", torch.ones_like(low)), ("low30", low), ("high70", ~low)):
                     row[f"{name}_log_likelihood"] = float(loglik[sel].mean())
                     row[f"{name}_accuracy"] = float(correct[sel].mean())
+                units.put(f"fanout{fanout}-trial{t}", row)
                 rows.append(row)
                 bar.done(f"test accuracy {100 * row['all_accuracy']:.1f}%")
     return rows
