@@ -146,3 +146,33 @@ def test_an_interrupted_subsampling_study_trains_only_its_missing_rows(tmp_path,
     monkeypatch.setattr(sampling, "fit", lambda *a, **k: trained.append(1) or fit(*a, **k))
     again = sampling.subsampling_study(data, [2, None], config, trials=1, keep=keep)
     assert len(trained) == 1 and again == first
+
+
+def test_an_interrupted_variance_study_trains_only_what_is_missing(tmp_path, monkeypatch):
+    """Each finished (trial, sampler) training of ``analyze sampling`` is kept with its rows: a rerun
+    trains only the missing one and gives the same rows."""
+    import math
+
+    import gbpn.experiments.sampling as sampling
+    from gbpn.data.generators import planted_partition_graph
+    from gbpn.train.config import TrainConfig
+
+    data = planted_partition_graph(120, 800, 6, 3, seed=0)
+    config = TrainConfig(epochs=2, batch_size=32, fanout=2, sampler="exp3")
+    keep = tmp_path / "units"
+    first = sampling.variance_study(data, config, trials=1, keep=keep)
+    files = sorted(keep.rglob("*.pt"))
+    assert len(files) == 2
+    next(f for f in files if "exp3" in f.name).unlink()  # as if interrupted while training it
+    trained = []
+    fit = sampling.fit
+    monkeypatch.setattr(sampling, "fit", lambda *a, **k: trained.append(1) or fit(*a, **k))
+    again = sampling.variance_study(data, config, trials=1, keep=keep)
+
+    def same(a, b):
+        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+    assert len(trained) == 1 and again["accuracy"] == first["accuracy"]
+    assert len(again["epochs"]) == len(first["epochs"]) == 2
+    assert all(same(r[k], s[k]) for r, s in zip(sorted(again["epochs"], key=lambda r: r["epoch"]),
+                                                 sorted(first["epochs"], key=lambda r: r["epoch"])) for k in r)

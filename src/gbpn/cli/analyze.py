@@ -192,8 +192,10 @@ def _sampling_study(args: argparse.Namespace, hold: Callable[[Path], None]) -> i
             raise GBPNError("--fanout and --hops must be positive")
         config = TrainConfig(variant=args.variant, epochs=args.epochs, batch_size=args.batch_size, fanout=args.fanout,
                              num_hops=args.hops, num_steps=args.hops, exp3_gamma=args.exp3_gamma)
-        result = sampling.variance_study(data, config, args.trials, args.seed, progress=not args.quiet)
+        result = sampling.variance_study(data, config, args.trials, args.seed, progress=not args.quiet,
+                                         keep=out / "units")  # an interrupted study resumes at its next training
         summary = sampling.save_variance_study(result, out, title=f"on {name}")
+        shutil.rmtree(out / "units", ignore_errors=True)
         write_json(out / "summary.json", {**record, "summary": summary})
         print(f"{name}, fanout {args.fanout}, second half of training, variance summed over nodes (median node): "
               + ", ".join(f"{a}/{b} {ratio(summary[f'total_{a}_vs_{b}_second_half'])} "

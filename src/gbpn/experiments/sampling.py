@@ -38,7 +38,7 @@ def largest_degree(data: Data) -> int:
 
 
 def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int = 0,
-                   progress: bool = False) -> Dict[str, List[Dict]]:
+                   progress: bool = False, keep: Optional[str | Path] = None) -> Dict[str, List[Dict]]:
     """Train with ``--sampler exp3`` and, after every epoch, compare the variance of Exp3's
     distributions with uniform and optimal (:math:`p^*`) sampling on the whole graph's
     messages under the current model; also train with uniform sampling on the same splits.
@@ -50,7 +50,9 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     Returns ``{"epochs": [...], "accuracy": [...]}``: one row per (trial, epoch) with the
     ratios of :func:`gbpn.sampling.importance.variance_ratios`, and one row per
     (trial, sampler) with its test accuracy. ``progress``: a bar on a terminal, elsewhere a line per
-    trained model with the time spent and left (:class:`gbpn.progress.Progress`).
+    trained model with the time spent and left (:class:`gbpn.progress.Progress`). ``keep``: a folder that
+    keeps each finished (trial, sampler) training's rows, so that a call after an interruption trains only
+    what is still missing (the caller removes it once the study is saved).
     """
     if config.batch_size is None or config.fanout is None:
         raise GBPNError("the variance study trains on sampled trees: give a batch size and a fanout")
@@ -63,6 +65,8 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
     x = prepare_features(data.x)
     epochs: List[Dict] = []
     accuracy: List[Dict] = []
+    graph = {"nodes": data.num_nodes, "edges": data.edge_index.size(1), "study": "variance"}
+    units = Units(keep, {**config.to_dict(), **graph}, seed, (data.y,))
     with Progress(2 * trials, "sampling study", unit="training", enabled=progress,
                   plan=f"{trials} trial(s) x Exp3 and uniform sampling, {config.epochs} epochs each") as bar:
         for t in range(trials):
@@ -83,10 +87,18 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
 
             for sampler in ("exp3", "uniform"):
                 bar.start(f"trial {t + 1}/{trials}, {sampler} sampling")
+                saved = units.get_torch(f"trial{t}-{sampler}")  # finished before an interruption
+                if saved is not None:
+                    epochs.extend(saved["epochs"])
+                    accuracy.append(saved["accuracy"])
+                    bar.done("kept from before")
+                    continue
+                first = len(epochs)
                 res = fit(data, replace(config, sampler=sampler), seed=s, masks=masks,
                           on_epoch=record if sampler == "exp3" else None)
                 accuracy.append({"trial": t, "sampler": sampler, "test_accuracy": res.metrics["test_accuracy"],
                                  "val_accuracy": res.metrics["val_accuracy"]})
+                units.put_torch(f"trial{t}-{sampler}", {"epochs": epochs[first:], "accuracy": accuracy[-1]})
                 bar.done(f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
     return {"epochs": epochs, "accuracy": accuracy}
 
