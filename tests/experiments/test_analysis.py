@@ -176,3 +176,28 @@ def test_an_interrupted_variance_study_trains_only_what_is_missing(tmp_path, mon
     assert len(again["epochs"]) == len(first["epochs"]) == 2
     assert all(same(r[k], s[k]) for r, s in zip(sorted(again["epochs"], key=lambda r: r["epoch"]),
                                                  sorted(first["epochs"], key=lambda r: r["epoch"])) for k in r)
+
+
+@pytest.mark.slow
+def test_an_interrupted_identifiability_study_trains_only_the_grids_left(tmp_path, monkeypatch):
+    """A grid of ``analyze identifiability`` finished before an interruption is not trained again."""
+    import gbpn.train.fit as fitting
+    from gbpn.experiments.coupling import identifiability
+
+    fit, calls = fitting.fit, []
+
+    def interrupted_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return fit(*a, **k)
+
+    monkeypatch.setattr(fitting, "fit", interrupted_second)
+    with pytest.raises(KeyboardInterrupt):
+        identifiability(["ising+", "ising-"], tmp_path, epochs=1, log=lambda *_: None)
+    first = list((tmp_path / "units").rglob("*.pt"))
+    assert len(first) == 1  # the finished grid, kept
+    calls.clear()
+    monkeypatch.setattr(fitting, "fit", lambda *a, **k: calls.append(1) or fit(*a, **k))
+    results = identifiability(["ising+", "ising-"], tmp_path, epochs=1, log=lambda *_: None)
+    assert len(calls) == 1 and set(results) == {"ising+", "ising-"} and not (tmp_path / "units").exists()

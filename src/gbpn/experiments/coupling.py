@@ -95,20 +95,30 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
     """Train on grids sampled here with a known coupling and compare the learned H with it
     (paper Figure 3 a-d). Writes ``identifiability_<kind>.png`` / ``.svg``, ``identifiability.csv``
     and returns the errors per kind. ``progress``: a bar on a terminal, elsewhere a line per grid with
-    the time spent and left (:class:`gbpn.progress.Progress`)."""
+    the time spent and left (:class:`gbpn.progress.Progress`). Each finished grid's results are kept in
+    ``output/units`` until the study is written: a call after an interruption trains only the grids left."""
+    import shutil
+
     from gbpn.progress import Progress
     from gbpn.train.config import TrainConfig
     from gbpn.data.datasets import load_dataset
-    from gbpn.train.fit import fit
+    from gbpn.train import fit as fitting
+    from gbpn.train.units import Units
 
     out = Path(output)
     results: Dict[str, Dict[str, float]] = {}
+    units = Units(out / "units", {"study": "identifiability", "epochs": epochs, "variant": variant}, seed, ())
     with Progress(len(kinds), "identifiability", unit="grid", enabled=progress,
                   plan=f"{', '.join(kinds)}: each sampled, then trained for {epochs} epochs") as bar:
         for kind in kinds:
             bar.start(kind)
+            saved = units.get_torch(kind)
+            if saved is not None:  # trained before an interruption (its figures are written)
+                results[kind] = saved
+                bar.done("kept from before")
+                continue
             data = load_dataset(f"synth-{kind}")
-            res = fit(data, TrainConfig(variant=variant, epochs=epochs), seed=seed)
+            res = fitting.fit(data, TrainConfig(variant=variant, epochs=epochs), seed=seed)
             learned = res.model.bp.coupling.normalized().numpy()
             true = data.true_H.numpy()
             cmp = compare_couplings(learned, true)
@@ -117,6 +127,7 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
                 plot_couplings({"true H": true, "learned H": learned}, out / f"identifiability_{kind}.{ext}",
                                suptitle=f"{kind}: relative error {cmp['relative_error']:.2f}, "
                                         f"correlation {cmp['correlation']:.3f}")
+            units.put_torch(kind, results[kind])
             bar.done()
             log(f"{kind}: relative error {cmp['relative_error']:.3f}, correlation {cmp['correlation']:.3f}, "
                 f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
@@ -125,6 +136,7 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
     for k, r in results.items():
         buf.write(f"{k},{r['relative_error']:.6g},{r['correlation']:.6g},{r['max_abs_log_diff']:.6g},{r['test_accuracy']:.6g}\n")
     atomic_write(out / "identifiability.csv", lambda fh: fh.write(buf.getvalue()))
+    shutil.rmtree(out / "units", ignore_errors=True)
     return results
 
 
