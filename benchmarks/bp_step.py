@@ -39,7 +39,8 @@ import sys
 import time
 
 
-def _rss_kb(field: str) -> int:
+def rss_kb(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmHWM: its peak RSS), in kB."""
     with open("/proc/self/status") as fh:
         for line in fh:
             if line.startswith(field):
@@ -147,7 +148,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     else:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
-        base = _rss_kb("VmRSS")
+        base = rss_kb("VmRSS")
 
     def median_time(fn) -> float:
         times = []
@@ -163,10 +164,10 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
     else:
         seconds = median_time(run)
-    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")) - base
+    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")) - base
     scale = 1 / fraction if op == "plain" else 1.0
     # the process's whole peak (graph, inputs and buffers held across calls, such as the fused kernels' pool)
-    total = torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")
+    total = torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")
     return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "total_mb": total / 1024, "edges": e}
 
 

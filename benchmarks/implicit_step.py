@@ -36,13 +36,7 @@ import subprocess
 import sys
 import time
 
-
-def _rss_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field):
-                return int(line.split()[1])
-    return 0
+from bp_step import rss_kb  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
 
 
 def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, noise: float, tol: float,
@@ -86,7 +80,7 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     else:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
-        base = _rss_kb("VmRSS")
+        base = rss_kb("VmRSS")
     t, cpu = time.perf_counter(), time.process_time()
     out = layer(log_self, ei, rev_index=rev, known_labels=y, known_mask=known)
     loss = torch.nn.functional.nll_loss(out[target], y[target])
@@ -94,7 +88,7 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     if cuda:
         torch.cuda.synchronize()
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else _rss_kb("VmHWM")) - base
+    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")) - base
     grads = torch.cat([log_self.grad.flatten(), layer.coupling.weight.grad.flatten()])
     return {"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak / 1024, "edges": int(ei.size(1)),
             "finite": bool(torch.isfinite(grads).all()), "kernel": layer.last_kernel,

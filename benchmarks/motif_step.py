@@ -22,13 +22,7 @@ import subprocess
 import sys
 import time
 
-
-def _rss_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field):
-                return int(line.split()[1])
-    return 0
+from bp_step import rss_kb  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -80,9 +74,9 @@ def child(args: argparse.Namespace) -> dict:
     opt.zero_grad(set_to_none=True)
     with open("/proc/self/clear_refs", "w") as fh:
         fh.write("5")  # reset the peak-RSS counter: measure the steps, not the set-up
-    base = _rss_kb("VmRSS")
+    base = rss_kb("VmRSS")
     times = [step() for _ in range(args.steps)]
-    return {"seconds": statistics.median(times), "peak_mb": (_rss_kb("VmHWM") - base) / 1024,
+    return {"seconds": statistics.median(times), "peak_mb": (rss_kb("VmHWM") - base) / 1024,
             "triangles": None if tri is None else int(tri.size(1)), "triangle_seconds": triangle_seconds,
             "nodes": data.num_nodes, "edges": int(ei.size(1)), "classes": c,
             "form": None if tri is None else model.bp.triangle.form}
