@@ -43,14 +43,14 @@ def summarize(cost: Path, grids, reference) -> str:
     grid_rows = [r for g in grids for r in csv.DictReader(open(g))]
     ref_rows = [r for g in reference for r in csv.DictReader(open(g)) if r["model"] == "gbpn:auto"]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    out = ["| dataset | trials | auto chose | configurations | epochs trained (of 1000) | budgeted auto s | "
+    out = ["| dataset | trials | auto chose | configurations | epochs trained (of the budget's) | budgeted auto s | "
            "one run of its choice s | ratio (median, range) |", "|---" * 8 + "|"]
     for d in datasets:
         rs = [r for r in rows if r["dataset"] == d]
         ratios = [r["ratio"] for r in rs]
         chose = ", ".join(f"{k} {n}" for k, n in Counter(r["chosen"] for r in rs).most_common())
         out.append(f"| {d} | {len(rs)} | {chose} | {rs[0]['configurations']} | "
-                   f"{statistics.mean(r['search_epochs'] for r in rs):.0f} | "
+                   f"{statistics.mean(r['search_epochs'] for r in rs):.0f} (of {rs[0].get('budget_epochs', '?')}) | "
                    f"{statistics.mean(r['auto_seconds'] for r in rs):.0f} | "
                    f"{statistics.mean(r['single_seconds'] for r in rs):.0f} | "
                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
@@ -131,6 +131,7 @@ def main() -> None:
                    "chosen": candidate_name(chosen), "chosen_params": auto.metrics["auto_search"]["chosen"]["params"],
                    "configurations": auto.metrics["search_configurations"],
                    "search_epochs": auto.metrics["search_epochs"], "final_epochs": auto.metrics["epochs_run"],
+                   "budget_epochs": auto.metrics["auto_search"]["budget_epochs"],
                    "auto_seconds": auto_wall, "single_seconds": single_wall, "ratio": auto_wall / single_wall,
                    "same_as_single": same,
                    **{f"{k}": auto.metrics[k] for k in ("val_accuracy", "test_accuracy") if k in auto.metrics},

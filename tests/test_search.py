@@ -48,18 +48,24 @@ def test_ties_keep_the_earlier_configuration_and_nan_never_goes_on():
     assert successive_halving([{}] * 3, [(3, 1)], train)[0] == 2
 
 
-@pytest.mark.parametrize("epochs,budget", [(500, 2), (500, 1.5), (500, 3), (100, 2), (20, 2), (7, 1.2), (3, 1)])
-def test_the_search_spends_at_most_the_budget_in_epochs(epochs, budget):
-    p = plan(epochs, budget)
+@pytest.mark.parametrize("epochs,budget,patience", [(500, 2, None), (500, 1.5, None), (500, 3, None), (100, 2, None),
+                                                    (20, 2, None), (7, 1.2, None), (3, 1, None), (500, 2, 100),
+                                                    (500, 3, 50), (100, 2, 80), (20, 2, 5)])
+def test_the_search_spends_at_most_the_budget_in_epochs(epochs, budget, patience):
+    p = plan(epochs, budget, patience)
     train, calls = toy([(7 * i) % 11 / 11 for i in range(p.configurations)])
     successive_halving([{}] * p.configurations, p.rungs, train)
-    assert p.final == epochs  # the configuration kept trains as long as a plain run
-    assert sum(e for _, e in calls) + p.final == p.epochs <= budget * epochs
+    run = epochs if patience is None else min(epochs, 2 * patience)  # one plain run's epochs under patience
+    assert p.final == epochs and p.run == run  # the configuration kept trains as a plain run does
+    assert sum(e for _, e in calls) + run == p.epochs <= budget * run
 
 
 def test_the_default_budget_searches_many_configurations():
     p = plan(500, 2)
-    assert p.epochs <= 1000 and p.configurations >= 12 and len(p.rungs) >= 2
+    assert p.epochs <= 1000 and p.configurations >= 11 and len(p.rungs) >= 2
+    # with patience 100 a plain run stops about 200 epochs in: the rungs get 200 epochs, not 500
+    p = plan(500, 2, patience=100)
+    assert p.rungs == ((11, 10), (3, 30)) and p.epochs == 400
 
 
 def test_a_budget_below_one_training_is_refused():

@@ -53,8 +53,8 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
               budget: float = 2.0, patience: Optional[int] = None, metric: str = "accuracy",
               weight_decay: float = 2.5e-4, space: Optional[Dict[str, Sequence]] = None,
               units: Optional[str | Path] = None, return_probs: bool = False):
-    """Search the ``name`` baseline (one of :data:`TUNED`) within ``budget`` full trainings of ``epochs``
-    (:func:`gbpn.train.search.plan`) and train the configuration kept in full.
+    """Search the ``name`` baseline (one of :data:`TUNED`) within ``budget`` plain runs' epochs
+    (:func:`gbpn.train.search.plan`: a run counts ``epochs``, or ``2 * patience`` where fewer) and train the configuration kept in full.
 
     Returns the final training's metrics (``train/val/test_accuracy``, ``metric``'s too, ``best_epoch``,
     ``train_seconds``), the chosen options as ``tuned__<option>``, ``search_epochs`` (every epoch trained,
@@ -73,7 +73,7 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         metric = default_metric(data.y, c, masks[0] | masks[1])
     if metric not in METRICS:
         raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
-    schedule = plan(epochs, budget)
+    schedule = plan(epochs, budget, patience)
     anchor = {**_TWO_LAYER, "dropout": default_dropout(data.num_features, int(masks[0].sum()))}
     configs = sample(space, schedule.configurations, seed, [{k: v for k, v in anchor.items() if k in space}])
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
@@ -111,6 +111,7 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
                    baseline=f"{name}:tuned", metric=metric,
                    search_epochs=sum(u["epochs_run"] for u in searched) + metrics["epochs_run"],
                    search_seconds=time.perf_counter() - start, search_configurations=len(configs),
-                   search={"budget": budget, "budget_epochs": math.floor(budget * epochs + 1e-9),
+                   search={"budget": budget, "budget_epochs": math.floor(budget * schedule.run + 1e-9),
+                           "run_epochs": schedule.run,
                            "planned_epochs": schedule.epochs, "configurations": records, "chosen": chosen})
     return (metrics, F.softmax(out, dim=-1)) if return_probs else metrics

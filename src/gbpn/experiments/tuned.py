@@ -1,10 +1,10 @@
-"""The ``:tuned`` rows of a benchmark grid: a model searched on validation within a budget of full trainings.
+"""The ``:tuned`` rows of a benchmark grid: a model searched on validation within a budget of plain runs.
 
 ``gbpn:tuned`` (and ``gbpn-i:tuned``) is GBPN with ``--potential auto --budget B``: encoders and their
 hyper-parameters, K and the coupling's learning rate searched by successive halving. ``gcn:tuned``,
 ``gcn-sep:tuned``, ``sage:tuned``, ``gat:tuned`` and ``gat-sep:tuned`` are the GNN baselines searched the
-same way (:mod:`gbpn.baselines.tuned`). Every row spends at most ``B`` full trainings' epochs (``epochs``
-each), its final training included.
+same way (:mod:`gbpn.baselines.tuned`). Every row spends at most ``B`` plain runs' epochs (a run counts
+``epochs``, or ``2 * patience`` where fewer), its final training counted as one.
 """
 from __future__ import annotations
 

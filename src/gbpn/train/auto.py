@@ -110,12 +110,13 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     trainings, the exhaustive candidates' settings first; the configuration left is trained for
     ``config.epochs``. Its metrics record every configuration tried (``auto_search``)."""
     space = search_space(config)
-    schedule = plan(config.epochs, config.budget)
+    schedule = plan(config.epochs, config.budget, config.patience)
     anchors = [_params(c, space) for c in auto_candidates(config) if c.potential in space["potential"]]
     configs = sample(space, schedule.configurations, seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp")))
     logger.info(f"{desc}: searching {len(configs)} configurations within {config.budget:g} full trainings "
-                f"({schedule.epochs} of {math.floor(config.budget * config.epochs + 1e-9)} epochs; rungs "
+                f"({schedule.epochs} of {math.floor(config.budget * schedule.run + 1e-9)} epochs, a run counted as "
+                f"{schedule.run}; rungs "
                 + ", ".join(f"{n} x {r}" for n, r in schedule.rungs) + f", then 1 x {schedule.final})")
     metric = config.metric
 
@@ -139,7 +140,8 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     res = fit_one(data, final, seed, masks, progress, f"{desc} [{candidate_name(final)}]", None)
     searched = [u for r in records for u in r["rungs"]]
     res.metrics["auto_search"] = {
-        "budget": config.budget, "budget_epochs": math.floor(config.budget * config.epochs + 1e-9),
+        "budget": config.budget, "budget_epochs": math.floor(config.budget * schedule.run + 1e-9),
+        "run_epochs": schedule.run,
         "planned_epochs": schedule.epochs, "rungs": [list(r) for r in schedule.rungs], "final_epochs": schedule.final,
         "configurations": records, "chosen": {"id": chosen, "params": configs[chosen]},
     }

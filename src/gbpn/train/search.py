@@ -1,12 +1,16 @@
 """A budgeted search by successive halving: many configurations for a few epochs, the better third for longer,
 then the best one trained in full.
 
-The budget ``B`` counts epochs in units of one full training (``epochs`` of the run): the whole search, the
-final training of the chosen configuration included, trains at most ``B * epochs`` epochs. :func:`plan` fits
-as many configurations into it as it can: ``n_0`` configurations for ``r_0`` epochs (1/25 of a full
-training), the best ``n_0 // eta`` of them for ``eta * r_0`` epochs (each trained again from the start),
-and so on while more than one is kept; the last one left is trained for ``epochs``. With ``B = 2`` and
-``eta = 3`` that is 13 configurations for 20 epochs, the best 4 for 60, and the best of those for 500.
+The budget ``B`` counts epochs in units of one plain training run. A run stops at ``epochs`` or, with
+``patience`` P, when P epochs pass without a better validation score: about 2P epochs in (the best epoch
+comes after about as many epochs as patience waits), so one run counts ``min(epochs, 2 * patience)``
+epochs. The whole search, the final training of the chosen configuration counted as one run, trains at
+most ``B`` runs' epochs: the rungs get ``B - 1`` of them. :func:`plan` fits as many configurations into
+those as it can: ``n_0`` configurations for ``r_0`` epochs (1/20 of a run), the best ``n_0 // eta`` of
+them for ``eta * r_0`` epochs (each trained again from the start), and so on while more than one is kept;
+the last one left is trained as a plain run (``epochs``, with ``patience``). With ``B = 2``, ``eta = 3``
+and patience 100 that is 11 configurations for 10 epochs and the best 3 for 30 (200 epochs), then the
+best of those; without patience and 500 epochs, 11 for 25 and 3 for 75 (500 epochs).
 
 A hand-written loop, not Optuna: successive halving here is a few lines, every rung trains from scratch
 with a fixed epoch count (so the budget is exact and each unit's result depends on its configuration and
@@ -29,7 +33,7 @@ from gbpn.errors import GBPNError
 logger = logging.getLogger("gbpn")
 
 ETA = 3  # keep the best third at each rung
-FIRST_FRACTION = 25  # the first rung trains epochs / 25 epochs (20 of 500)
+FIRST_FRACTION = 20  # the first rung trains 1/20 of a run (10 epochs of a 200-epoch run)
 
 # the choices every searched network has (GBPN's encoders and the tuned baselines alike)
 DEPTHS = [1, 2, 3, 4, 5]
@@ -58,10 +62,12 @@ _MLP_DEPTH = ("mlp", "sign", "linkx")
 @dataclass(frozen=True)
 class Plan:
     """The rungs of a search: ``rungs[k] = (configurations, epochs)``; the survivor of the last rung (or the
-    only configuration) is trained for ``final`` epochs."""
+    only configuration) is trained as a plain run: up to ``final`` epochs, counted as ``run`` (its expected
+    length under patience)."""
 
     rungs: Tuple[Tuple[int, int], ...]
     final: int
+    run: int
 
     @property
     def configurations(self) -> int:
@@ -69,24 +75,32 @@ class Plan:
 
     @property
     def epochs(self) -> int:
-        """Epochs of the whole search at most (every unit running all its epochs)."""
-        return sum(n * r for n, r in self.rungs) + self.final
+        """Epochs of the whole search at most (every unit running all its epochs), the final training counted
+        as one run."""
+        return sum(n * r for n, r in self.rungs) + self.run
 
 
-def plan(epochs: int, budget: float, eta: int = ETA, first: Optional[int] = None) -> Plan:
-    """The most configurations successive halving fits into ``budget * epochs`` epochs (see the module)."""
+def run_epochs(epochs: int, patience: Optional[int] = None) -> int:
+    """The epochs one plain run counts in a budget: ``epochs``, or ``2 * patience`` where that is fewer."""
+    return epochs if patience is None else max(1, min(epochs, 2 * patience))
+
+
+def plan(epochs: int, budget: float, patience: Optional[int] = None, eta: int = ETA,
+         first: Optional[int] = None) -> Plan:
+    """The most configurations successive halving fits into ``budget`` runs' epochs (see the module)."""
     if not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget >= 1):
         raise GBPNError(f"--budget counts full trainings and must be at least 1 (the chosen configuration's own), "
                         f"got {budget}")
-    total = math.floor(budget * epochs + 1e-9)
-    first = first or max(1, epochs // FIRST_FRACTION)
-    best = Plan((), epochs)
+    run = run_epochs(epochs, patience)
+    total = math.floor(budget * run + 1e-9)
+    first = first or max(1, run // FIRST_FRACTION)
+    best = Plan((), epochs, run)
     for n0 in range(2, 10_000):
         rungs, n, r = [], n0, first
-        while n > 1 and r < epochs:
+        while n > 1 and r < run:
             rungs.append((n, r))
             n, r = n // eta, r * eta
-        candidate = Plan(tuple(rungs), epochs)
+        candidate = Plan(tuple(rungs), epochs, run)
         if candidate.epochs > total:
             break
         best = candidate
