@@ -50,10 +50,6 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
     assert report["partition"]["parts"] == 2 and 0 < report["partition"]["cut_fraction"] < 1
     assert all(b > 0 for b in report["bytes_sent_per_step"])
     assert main(["predict", "--checkpoint", str(run / "model.pt"), "--output", str(tmp_path / "one.csv")]) == 0
-    # the refined partition: both ranks count their halves of the edges and agree on the parts
-    proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--partitioner", "refined", "--output",
-                     str(tmp_path / "refined.csv")])
-    assert proc.returncode == 0, proc.stderr[-3000:]
     # --per-rank: no gather, every rank writes its own nodes' rows under their graph ids
     # (and the parts of the first run, read from its file: partitioning is skipped)
     proc = torchrun(["predict", "--checkpoint", str(run / "model.pt"), "--per-rank", "--output",
@@ -71,8 +67,8 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
         assert ids == sorted(ids) and not merged.keys() & set(ids)  # each node in exactly one part
         merged.update(zip(ids, rows))
     one = probabilities(tmp_path / "one.csv")
-    for two in (probabilities(tmp_path / "two.csv"), probabilities(tmp_path / "refined.csv"),
-                [merged[i] for i in range(len(merged))]):
+    # (the refined partitioner's ranks sharing their halves: tests/distributed/test_partition.py, in one process)
+    for two in (probabilities(tmp_path / "two.csv"), [merged[i] for i in range(len(merged))]):
         assert len(one) == len(two)
         worst = max(abs(a - b) for ra, rb in zip(one, two) for a, b in zip(ra, rb))
         assert worst < 1e-5  # partitioned equals single-process inference (the CSV keeps 6 decimals)
@@ -84,7 +80,7 @@ def test_data_parallel_training_and_partitioned_inference(tmp_path):
 @pytest.mark.slow
 def test_interrupted_distributed_training_resumes(tmp_path):
     run = tmp_path / "run"
-    args = [*TRAIN[:-1], "40", "--trials", "3", "--output", str(run)]
+    args = [*TRAIN[:-1], "12", "--trials", "3", "--output", str(run)]  # a trial takes seconds: SIGINT lands in trial 2
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gbpn", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
