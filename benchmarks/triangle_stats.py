@@ -21,7 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+",
                     default=["synth-triangle", "cora", "citeseer", "chameleon", "squirrel", "chameleon-filtered",
-                             "squirrel-filtered"])
+                             "squirrel-filtered", "election", "sexual", "ising+", "ising-", "mrf+", "mrf-"])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--cap", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=2)
