@@ -31,6 +31,13 @@ def _mean_std(values) -> str:
     return f"{v.mean():.1f} ± {v.std(ddof=1):.1f}" if v.size > 1 else f"{v.mean():.1f}"
 
 
+def _rung_share(row) -> str:
+    """The epochs the rungs may train: ``B - 1`` runs' of the ``B`` the budget holds."""
+    if "budget_epochs" not in row:
+        return "?"
+    return f"{row['budget_epochs'] - round(row['budget_epochs'] / row['budget'])}"
+
+
 def summarize(cost: Path, grids, reference) -> str:
     """Markdown tables: the cost of each search against one run of its choice, and the test accuracy of the
     budgeted search, of exhaustive ``gbpn:auto`` (``reference`` CSVs of earlier grids), of the ``:tuned``
@@ -43,14 +50,16 @@ def summarize(cost: Path, grids, reference) -> str:
     grid_rows = [r for g in grids for r in csv.DictReader(open(g))]
     ref_rows = [r for g in reference for r in csv.DictReader(open(g)) if r["model"] == "gbpn:auto"]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    out = ["| dataset | trials | auto chose | configurations | epochs trained (of the budget's) | budgeted auto s | "
-           "one run of its choice s | ratio (median, range) |", "|---" * 8 + "|"]
+    out = ["| dataset | trials | auto chose | configurations | rung epochs (their share of the budget) | final epochs | "
+           "budgeted auto s | "
+           "one run of its choice s | ratio (median, range) |", "|---" * 9 + "|"]
     for d in datasets:
         rs = [r for r in rows if r["dataset"] == d]
         ratios = [r["ratio"] for r in rs]
         chose = ", ".join(f"{k} {n}" for k, n in Counter(r["chosen"] for r in rs).most_common())
         out.append(f"| {d} | {len(rs)} | {chose} | {rs[0]['configurations']} | "
-                   f"{statistics.mean(r['search_epochs'] for r in rs):.0f} (of {rs[0].get('budget_epochs', '?')}) | "
+                   f"{statistics.mean(r['search_epochs'] - r['final_epochs'] for r in rs):.0f} "
+                   f"(of {_rung_share(rs[0])}) | {statistics.mean(r['final_epochs'] for r in rs):.0f} | "
                    f"{statistics.mean(r['auto_seconds'] for r in rs):.0f} | "
                    f"{statistics.mean(r['single_seconds'] for r in rs):.0f} | "
                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
