@@ -22,7 +22,6 @@ for the full ``epochs``. Its validation scores alone choose: test scores are rep
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
@@ -111,7 +110,7 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
                    baseline=f"{name}:tuned", metric=metric,
                    search_epochs=sum(u["epochs_run"] for u in searched) + metrics["epochs_run"],
                    search_seconds=time.perf_counter() - start, search_configurations=len(configs),
-                   search={"budget": budget, "budget_epochs": math.floor(budget * schedule.run + 1e-9),
+                   search={"budget": budget, "budget_epochs": schedule.budget_epochs,
                            "run_epochs": schedule.run,
                            "planned_epochs": schedule.epochs, "configurations": records, "chosen": chosen})
     return (metrics, F.softmax(out, dim=-1)) if return_probs else metrics

@@ -115,7 +115,7 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     configs = sample(space, schedule.configurations, seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp")))
     logger.info(f"{desc}: searching {len(configs)} configurations within {config.budget:g} full trainings "
-                f"({schedule.epochs} of {math.floor(config.budget * schedule.run + 1e-9)} epochs, a run counted as "
+                f"({schedule.epochs} of {schedule.budget_epochs} epochs, a run counted as "
                 f"{schedule.run}; rungs "
                 + ", ".join(f"{n} x {r}" for n, r in schedule.rungs) + f", then 1 x {schedule.final})")
     metric = config.metric
@@ -140,7 +140,7 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     res = fit_one(data, final, seed, masks, progress, f"{desc} [{candidate_name(final)}]", None)
     searched = [u for r in records for u in r["rungs"]]
     res.metrics["auto_search"] = {
-        "budget": config.budget, "budget_epochs": math.floor(config.budget * schedule.run + 1e-9),
+        "budget": config.budget, "budget_epochs": schedule.budget_epochs,
         "run_epochs": schedule.run,
         "planned_epochs": schedule.epochs, "rungs": [list(r) for r in schedule.rungs], "final_epochs": schedule.final,
         "configurations": records, "chosen": {"id": chosen, "params": configs[chosen]},

@@ -68,6 +68,12 @@ class Plan:
     rungs: Tuple[Tuple[int, int], ...]
     final: int
     run: int
+    budget: float
+
+    @property
+    def budget_epochs(self) -> int:
+        """The epochs the budget holds: ``budget`` runs' of ``run`` each."""
+        return math.floor(self.budget * self.run + 1e-9)
 
     @property
     def configurations(self) -> int:
@@ -92,16 +98,15 @@ def plan(epochs: int, budget: float, patience: Optional[int] = None, eta: int = 
         raise GBPNError(f"--budget counts full trainings and must be at least 1 (the chosen configuration's own), "
                         f"got {budget}")
     run = run_epochs(epochs, patience)
-    total = math.floor(budget * run + 1e-9)
     first = first or max(1, run // FIRST_FRACTION)
-    best = Plan((), epochs, run)
+    best = Plan((), epochs, run, budget)
     for n0 in range(2, 10_000):
         rungs, n, r = [], n0, first
         while n > 1 and r < run:
             rungs.append((n, r))
             n, r = n // eta, r * eta
-        candidate = Plan(tuple(rungs), epochs, run)
-        if candidate.epochs > total:
+        candidate = Plan(tuple(rungs), epochs, run, budget)
+        if candidate.epochs > candidate.budget_epochs:
             break
         best = candidate
     return best
