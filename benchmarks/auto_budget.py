@@ -31,13 +31,6 @@ def _mean_std(values) -> str:
     return f"{v.mean():.1f} ± {v.std(ddof=1):.1f}" if v.size > 1 else f"{v.mean():.1f}"
 
 
-def _rung_share(row) -> str:
-    """The epochs the rungs may train: ``B - 1`` runs' of the ``B`` the budget holds."""
-    if "budget_epochs" not in row:
-        return "?"
-    return f"{row['budget_epochs'] - round(row['budget_epochs'] / row['budget'])}"
-
-
 def summarize(cost: Path, grids, reference) -> str:
     """Markdown tables: the cost of each search against one run of its choice, and the test accuracy of the
     budgeted search, of exhaustive ``gbpn:auto`` (``reference`` CSVs of earlier grids), of the ``:tuned``
@@ -50,16 +43,17 @@ def summarize(cost: Path, grids, reference) -> str:
     grid_rows = [r for g in grids for r in csv.DictReader(open(g))]
     ref_rows = [r for g in reference for r in csv.DictReader(open(g)) if r["model"] == "gbpn:auto"]
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    out = ["| dataset | trials | auto chose | configurations | rung epochs (their share of the budget) | final epochs | "
-           "budgeted auto s | "
-           "one run of its choice s | ratio (median, range) |", "|---" * 9 + "|"]
+    out = ["| dataset | trials | auto chose | configurations | epochs besides the final training | final epochs | "
+           "counted cost ratio (median) | budgeted auto s | one run of its choice s | wall ratio (median, range) |",
+           "|---" * 10 + "|"]
     for d in datasets:
         rs = [r for r in rows if r["dataset"] == d]
         ratios = [r["ratio"] for r in rs]
         chose = ", ".join(f"{k} {n}" for k, n in Counter(r["chosen"] for r in rs).most_common())
-        out.append(f"| {d} | {len(rs)} | {chose} | {rs[0]['configurations']} | "
-                   f"{statistics.mean(r['search_epochs'] - r['final_epochs'] for r in rs):.0f} "
-                   f"(of {_rung_share(rs[0])}) | {statistics.mean(r['final_epochs'] for r in rs):.0f} | "
+        out.append(f"| {d} | {len(rs)} | {chose} | {statistics.mean(r['configurations'] for r in rs):.1f} | "
+                   f"{statistics.mean(r['search_epochs'] - r['final_epochs'] for r in rs):.0f} | "
+                   f"{statistics.mean(r['final_epochs'] for r in rs):.0f} | "
+                   f"{statistics.median(r['cost_ratio'] for r in rs):.2f} | "
                    f"{statistics.mean(r['auto_seconds'] for r in rs):.0f} | "
                    f"{statistics.mean(r['single_seconds'] for r in rs):.0f} | "
                    f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
@@ -135,12 +129,13 @@ def main() -> None:
             start = time.perf_counter()
             single = fit(data, chosen, seed=s, masks=masks)
             single_wall = time.perf_counter() - start
+            search = auto.metrics["auto_search"]
             same = all(auto.metrics[k] == single.metrics[k] for k in ("val_accuracy", "test_accuracy", "best_epoch"))
             row = {"dataset": name, "trial": trial, "seed": s, "split": split, "metric": metric, "budget": args.budget,
                    "chosen": candidate_name(chosen), "chosen_params": auto.metrics["auto_search"]["chosen"]["params"],
                    "configurations": auto.metrics["search_configurations"],
                    "search_epochs": auto.metrics["search_epochs"], "final_epochs": auto.metrics["epochs_run"],
-                   "budget_epochs": auto.metrics["auto_search"]["budget_epochs"],
+                   "rungs": search["rungs"], "cost_ratio": (search["spent_cost"] + search["run_cost"]) / search["run_cost"],
                    "auto_seconds": auto_wall, "single_seconds": single_wall, "ratio": auto_wall / single_wall,
                    "same_as_single": same,
                    **{f"{k}": auto.metrics[k] for k in ("val_accuracy", "test_accuracy") if k in auto.metrics},

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from gbpn.train.metrics import accuracy, score
 from gbpn.models.mlp import dropout as _dropout
-from gbpn.train.loop import optimizer_step, train_with_selection
+from gbpn.train.loop import Selection, optimizer_step
+from gbpn.train.session import Session
 
 Masks = Tuple[Tensor, Tensor, Tensor]
 
@@ -75,9 +76,16 @@ def train_full_batch(
         The metrics of the best epoch (``train/val/test_accuracy``, ``best_epoch``,
         ``train_seconds``) and the evaluation-mode output of that epoch.
     """
+    return start_full_batch(model, forward, y, masks, epochs, lr, weight_decay, desc, patience, metric).finish(progress)
+
+
+def start_full_batch(model: nn.Module, forward: Callable[[], Tensor], y: Tensor, masks: Masks, epochs: int, lr: float,
+                     weight_decay: float, desc: str = "baseline", patience: Optional[int] = None,
+                     metric: str = "accuracy") -> Session:
+    """:func:`train_full_batch`, built and not yet trained (seed torch before): ``.finish()`` trains it and returns
+    its ``(metrics, best_out)``; a budgeted search advances it a few epochs at a time."""
     train_idx = masks[0].nonzero().view(-1)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    metrics, best_out, _ = train_with_selection(
-        model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
-        lambda epoch: forward(), y, masks, epochs, progress, desc, patience, metric)
-    return metrics, best_out
+    selection = Selection(model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
+                          lambda epoch: forward(), y, masks, epochs, desc, patience, metric)
+    return Session(selection, model, opt, lambda sel: sel.result()[:2])

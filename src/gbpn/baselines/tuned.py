@@ -16,13 +16,12 @@ always does (its root weight).
 ===========  ======================================
 
 The search (:mod:`gbpn.train.search`) starts from the two-layer setting (2 layers, 256 units, lr 1e-3, the
-paper's dropout rule) and draws the rest from :data:`BASELINE_SPACE`; the configuration it keeps is trained
-for the full ``epochs``. Its validation scores alone choose: test scores are reported, never read.
+paper's dropout rule) and draws the rest from :data:`BASELINE_SPACE`; the configuration it keeps trains on
+to ``epochs`` (with ``patience``) from where its last rung stopped. Its validation scores alone choose: test scores are reported, never read.
 """
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -30,14 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gbpn.baselines.training import train_full_batch
+from gbpn.baselines.training import start_full_batch
 from gbpn.data.features import prepare_features
 from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
 from gbpn.train.config import default_dropout
 from gbpn.train.metrics import METRICS, default_metric
-from gbpn.train.search import DEPTHS, NETWORK_SPACE, SWITCHES, check_space, plan, sample, successive_halving
+from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, check_space, max_configurations, plan, sample,
+                               successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -52,8 +52,9 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
               budget: float = 2.0, patience: Optional[int] = None, metric: str = "accuracy",
               weight_decay: float = 2.5e-4, space: Optional[Dict[str, Sequence]] = None,
               units: Optional[str | Path] = None, return_probs: bool = False):
-    """Search the ``name`` baseline (one of :data:`TUNED`) within ``budget`` plain runs' epochs
-    (:func:`gbpn.train.search.plan`: a run counts ``epochs``, or ``2 * patience`` where fewer) and train the configuration kept in full.
+    """Search the ``name`` baseline (one of :data:`TUNED`) within ``budget`` plain runs of the configuration kept
+    (:mod:`gbpn.train.search`: counted costs; a run counts ``epochs``, or ``2 * patience`` where fewer) and train
+    that one on to the end.
 
     Returns the final training's metrics (``train/val/test_accuracy``, ``metric``'s too, ``best_epoch``,
     ``train_seconds``), the chosen options as ``tuned__<option>``, ``search_epochs`` (every epoch trained,
@@ -74,43 +75,24 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
     schedule = plan(epochs, budget, patience)
     anchor = {**_TWO_LAYER, "dropout": default_dropout(data.num_features, int(masks[0].sum()))}
-    configs = sample(space, schedule.configurations, seed, [{k: v for k, v in anchor.items() if k in space}])
+    configs = sample(space, max_configurations(schedule, 1), seed, [{k: v for k, v in anchor.items() if k in space}])
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
                           "weight_decay": weight_decay, "space": space}, seed, masks)
     x = prepare_features(data.x)
     inputs = GNNEncoder(1, 1, conv, 4, 1, separate=separate).precompute(x, data.edge_index)  # once for every run
 
-    def train(params: Dict, run_epochs: int, desc: str):
+    def start(index: int, params: Dict):
         p = {**anchor, **params}
         torch.manual_seed(seed)
         model = GNNEncoder(data.num_features, c, conv, p["hidden"], p["num_layers"], p["dropout"], p["residual"],
                            p["layer_norm"], separate)
-        return train_full_batch(model, lambda: model(inputs), data.y, masks, run_epochs, p["lr"], weight_decay,
-                                False, desc, patience, metric)
+        return start_full_batch(model, lambda: model(inputs), data.y, masks, epochs, p["lr"], weight_decay,
+                                f"{name}:tuned [search {index}]", patience, metric)
 
-    def rung(index: int, params: Dict, run_epochs: int) -> Dict:
-        key = f"config{index}-epochs{run_epochs}"
-        unit = store.get(key)
-        if unit is None:
-            try:
-                m, _ = train(params, run_epochs, f"{name}:tuned [search {index}]")
-                unit = {"val": m.get(f"val_{m.get('selected_on', metric)}"), "epochs_run": m["epochs_run"],
-                        "seconds": m["train_seconds"]}
-            except GBPNError as err:  # a diverging configuration loses; the search goes on
-                logger.warning(f"{name}:tuned: search configuration {index} {params} failed: {err}")
-                unit = {"val": None, "epochs_run": run_epochs, "seconds": 0.0, "error": str(err)}
-            store.put(key, unit)
-        return unit
-
-    start = time.perf_counter()
-    chosen, records = successive_halving(configs, schedule.rungs, rung, f"{name}:tuned")
-    metrics, out = train(configs[chosen], epochs, f"{name}:tuned")
-    searched = [u for r in records for u in r["rungs"]]
+    chosen, (metrics, out), search = successive_halving(configs, start, schedule, store, f"{name}:tuned")
     metrics.update({f"tuned__{k}": v for k, v in {**anchor, **configs[chosen]}.items()},
-                   baseline=f"{name}:tuned", metric=metric,
-                   search_epochs=sum(u["epochs_run"] for u in searched) + metrics["epochs_run"],
-                   search_seconds=time.perf_counter() - start, search_configurations=len(configs),
-                   search={"budget": budget, "budget_epochs": schedule.budget_epochs,
-                           "run_epochs": schedule.run,
-                           "planned_epochs": schedule.epochs, "configurations": records, "chosen": chosen})
+                   baseline=f"{name}:tuned", metric=metric, search_epochs=search["other_epochs"] + metrics["epochs_run"],
+                   search_seconds=search["seconds"], search_configurations=search["admitted"],
+                   search={"budget": budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
+                           "eta": schedule.eta, **search, "chosen": chosen})
     return (metrics, F.softmax(out, dim=-1)) if return_probs else metrics

@@ -34,8 +34,8 @@ def add_parser(sub, common) -> None:
                         "per node); BP with a synthetic MRF's true factors: exact-bp, exact-bp-i")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--budget", type=float, default=2.0, metavar="B",
-                   help="free grid: plain runs each :tuned model's search spends, its final training "
-                        "included (a run counts --epochs, or 2 x --patience where fewer): gbpn:tuned (GBPN, --potential auto --budget B), gcn:tuned, "
+                   help="free grid: plain runs of the configuration kept that each :tuned model's search "
+                        "spends, at counted costs (a run counts --epochs, or 2 x --patience where fewer): gbpn:tuned (GBPN, --potential auto --budget B), gcn:tuned, "
                         "gcn-sep:tuned, sage:tuned, gat:tuned, gat-sep:tuned (default: 2)")
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     add_option(b, "epochs", type=POSITIVE, help="free grid: training steps (default: 500)")

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Sequence
 from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import TrainConfig
-from gbpn.train.search import GBPN_SPACE, applies, check_space, plan, sample, successive_halving
+from gbpn.train.search import GBPN_SPACE, applies, check_space, max_configurations, plan, sample, successive_halving
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -76,12 +76,12 @@ def search_space(config: TrainConfig) -> Dict[str, list]:
 
 
 def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, on_epoch,
-             units: Units, fit_one: Callable) -> "TrialResult":  # noqa: F821
+             units: Units, fit_one: Callable, start_one: Callable) -> "TrialResult":  # noqa: F821
     """``--potential auto``: every candidate of :func:`auto_candidates` trained in full (``config.budget``
     None), or a search within ``config.budget`` full trainings (:func:`fit_budgeted`). Finished candidates
     and rungs are kept in ``units`` and not trained again."""
     if config.budget is not None:
-        return fit_budgeted(data, config, seed, masks, progress, desc, units, fit_one)
+        return fit_budgeted(data, config, seed, masks, progress, desc, units, start_one)
     from gbpn.train.fit import TrialResult
 
     candidates, results = auto_candidates(config), []
@@ -105,49 +105,28 @@ def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: 
 
 
 def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, units: Units,
-                 fit_one: Callable) -> "TrialResult":  # noqa: F821
+                 start_one: Callable) -> "TrialResult":  # noqa: F821
     """Successive halving (:mod:`gbpn.train.search`) over :func:`search_space` within ``config.budget`` full
-    trainings, the exhaustive candidates' settings first; the configuration left is trained for
-    ``config.epochs``. Its metrics record every configuration tried (``auto_search``)."""
+    trainings, the exhaustive candidates' settings first; the configuration left trains on to ``config.epochs``.
+    Its metrics record every configuration tried (``auto_search``)."""
     space = search_space(config)
     schedule = plan(config.epochs, config.budget, config.patience)
     anchors = [_params(c, space) for c in auto_candidates(config) if c.potential in space["potential"]]
-    configs = sample(space, schedule.configurations, seed, anchors,
+    configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp")))
-    logger.info(f"{desc}: searching {len(configs)} configurations within {config.budget:g} full trainings "
-                f"({schedule.epochs} of {schedule.budget_epochs} epochs, a run counted as "
-                f"{schedule.run}; rungs "
-                + ", ".join(f"{n} x {r}" for n, r in schedule.rungs) + f", then 1 x {schedule.final})")
-    metric = config.metric
+    logger.info(f"{desc}: searching up to {len(configs)} configurations within {config.budget:g} runs of "
+                f"{schedule.run} epochs (rungs from {schedule.first} epochs, x{schedule.eta})")
 
-    def train(index: int, params: Dict, epochs: int) -> Dict:
-        key = f"config{index}-epochs{epochs}"
-        unit = units.get(key)
-        if unit is None:
-            try:
-                m = fit_one(data, _configured(config, params, epochs), seed, masks, False,
-                            f"{desc} [search {index}]", None).metrics
-                unit = {"val": m.get(f"val_{m.get('selected_on', metric)}"), "epochs_run": m["epochs_run"],
-                        "seconds": m["train_seconds"]}
-            except GBPNError as err:  # a configuration that diverges (too high a learning rate) loses, the search goes on
-                logger.warning(f"{desc}: search configuration {index} {params} failed: {err}")
-                unit = {"val": None, "epochs_run": epochs, "seconds": 0.0, "error": str(err)}
-            units.put(key, unit)
-        return unit
+    def start(index: int, params: Dict):
+        cand = _configured(config, params, config.epochs)
+        return start_one(data, cand, seed, masks, f"{desc} [search {index}: {candidate_name(cand)}]")
 
-    chosen, records = successive_halving(configs, schedule.rungs, train, desc)
-    final = _configured(config, configs[chosen], config.epochs)
-    res = fit_one(data, final, seed, masks, progress, f"{desc} [{candidate_name(final)}]", None)
-    searched = [u for r in records for u in r["rungs"]]
-    res.metrics["auto_search"] = {
-        "budget": config.budget, "budget_epochs": schedule.budget_epochs,
-        "run_epochs": schedule.run,
-        "planned_epochs": schedule.epochs, "rungs": [list(r) for r in schedule.rungs], "final_epochs": schedule.final,
-        "configurations": records, "chosen": {"id": chosen, "params": configs[chosen]},
-    }
-    res.metrics["search_epochs"] = sum(u["epochs_run"] for u in searched) + res.metrics["epochs_run"]
-    res.metrics["auto_seconds"] = sum(u["seconds"] for u in searched) + res.metrics["train_seconds"]
-    res.metrics["search_configurations"] = len(configs)
+    chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress)
+    res.metrics["auto_search"] = {"budget": config.budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
+                                  "eta": schedule.eta, **search, "chosen": {"id": chosen, "params": configs[chosen]}}
+    res.metrics["search_epochs"] = search["other_epochs"] + res.metrics["epochs_run"]
+    res.metrics["auto_seconds"] = search["seconds"]
+    res.metrics["search_configurations"] = search["admitted"]
     return res
 
 

@@ -101,9 +101,10 @@ class OptimConfig:
     warmup: float = option(0.0, "fraction of epochs trained without BP first (default: 0)")  # K = 0: the MLP only
     class_weight: bool = option(False, "weight the loss by inverse class frequency")
     budget: Optional[float] = option(None, "--potential auto: search encoders, depth, width, dropout, learning "
-                                           "rates and K by successive halving within this many plain runs' "
-                                           "epochs (a run counts --epochs, or 2 x --patience where fewer), the "
-                                           "final training of the chosen configuration included, e.g. 2 (default: train each candidate encoder in full)", metavar="B")
+                                           "rates and K by successive halving within this many plain runs of the "
+                                           "configuration kept, at counted costs per epoch (a run counts --epochs, "
+                                           "or 2 x --patience where fewer), e.g. 2 (default: train each candidate "
+                                           "encoder in full)", metavar="B")
     search_space: Optional[dict] = option(None, "the options --budget searches and their choices (default: "
                                                 "gbpn.train.search.GBPN_SPACE; config.json records it)", cli=False)
 

@@ -25,7 +25,8 @@ from gbpn.models.encoders import GraphInput
 from gbpn.models.gbpn import GBPN
 from gbpn.train.auto import candidate_name, fit_auto
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
-from gbpn.train.loop import optimizer_step, train_with_selection
+from gbpn.train.loop import Selection, optimizer_step
+from gbpn.train.session import Session
 from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold
 from gbpn.train.minibatch import check_data_parallel, data_parallel_epochs, tree_epochs
 from gbpn.train.objective import balanced_class_weight, degree_temperature, empirical_coupling, marginal_nll
@@ -216,11 +217,18 @@ def fit(
     if config.potential != "auto":
         return _fit_one(data, config, seed, masks, progress, desc, on_epoch)
     units = Units(units, config.to_dict(), seed, masks)
-    return fit_auto(data, config, seed, masks, progress, desc, on_epoch, units, _fit_one)
+    return fit_auto(data, config, seed, masks, progress, desc, on_epoch, units, _fit_one, start_one)
 
 
 def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Tensor, Tensor], progress: bool,
              desc: str, on_epoch: Optional[Callable[[int, GBPN, object], None]]) -> TrialResult:
+    return start_one(data, config, seed, masks, desc, on_epoch).finish(progress)
+
+
+def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Tensor, Tensor], desc: str,
+              on_epoch: Optional[Callable[[int, GBPN, object], None]] = None) -> Session:
+    """One GBPN training of ``config`` (a single encoder), built and ready, not yet trained: ``.finish()``
+    trains it and returns its :class:`TrialResult`; a budgeted search advances it a few epochs at a time."""
     device = resolve_device(config.device)
     if device.type != "cpu" and config.sampler == "exp3":
         raise GBPNError("the Exp3 sampler learns on the CPU; train it with --device cpu")
@@ -308,25 +316,31 @@ def _fit_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, Te
             on_epoch(epoch, model, sampler)
             return loss
 
-    metrics, best_out, history = train_with_selection(
-        model, train_epoch, evaluate, y, masks, config.epochs, progress, desc, config.patience, config.metric)
-    model.cpu()
-    if rank_and_world()[1] > 1:  # data-parallel ranks must end identical: record the evidence
-        from gbpn.distributed import all_gather_object
+    selection = Selection(model, train_epoch, evaluate, y, masks, config.epochs, desc, config.patience, config.metric)
 
-        metrics.update(world_size=rank_and_world()[1], rank_parameter_digests=all_gather_object(parameter_digest(model)))
-    metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
-    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
-                   potential=candidate_name(config), potential_separate=config.separate,
-                   precompute_seconds=precompute_seconds)
-    if tri is not None:
-        metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds, triangle_form=model.bp.triangle.form)
-    if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
-        metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
-    positive = getattr(data, "positive_class", None)
-    if positive is not None and num_classes == 2:
-        metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
-    return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history, config=config)
+    def finish(selection: Selection) -> TrialResult:
+        metrics, best_out, history = selection.result()
+        model.cpu()
+        if rank_and_world()[1] > 1:  # data-parallel ranks must end identical: record the evidence
+            from gbpn.distributed import all_gather_object
+
+            metrics.update(world_size=rank_and_world()[1],
+                           rank_parameter_digests=all_gather_object(parameter_digest(model)))
+        metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
+        metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
+                       potential=candidate_name(config), potential_separate=config.separate,
+                       precompute_seconds=precompute_seconds)
+        if tri is not None:
+            metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds,
+                           triangle_form=model.bp.triangle.form)
+        if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
+            metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
+        positive = getattr(data, "positive_class", None)
+        if positive is not None and num_classes == 2:
+            metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
+        return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history, config=config)
+
+    return Session(selection, model, opt, finish, [gen], cuda=device.type == "cuda")
 
 
 def parameter_digest(model: torch.nn.Module) -> str:

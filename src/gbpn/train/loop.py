@@ -21,6 +21,7 @@ from gbpn.bp.numerics import REFUSE
 from gbpn.bp.validation import NonFinitePotentialError
 from gbpn.errors import GBPNError
 from gbpn.progress import step as progress_step
+from gbpn.train.cost import uncounted
 from gbpn.train.metrics import score
 
 logger = logging.getLogger("gbpn")
@@ -57,34 +58,73 @@ def train_with_selection(
     it is not accuracy, ``best_epoch``, ``train_seconds``), its evaluation output and the
     per-epoch history.
     """
-    train_mask, val_mask, test_mask = masks
-    select = metric
-    if metric == "roc_auc" and y[val_mask].unique().numel() == 1:
-        select = "accuracy"  # NaN every epoch would keep the first epoch, whatever it scores
-        logger.warning(f"{desc}: the validation nodes hold one class, so their ROC AUC is undefined: epochs are "
-                       "selected on validation accuracy")
-    key = f"val_{select}"
-    best: Dict[str, float] = {key: -math.inf}
-    best_state, best_out = None, None
-    history: List[Dict[str, float]] = []
-    bp = getattr(model, "bp", None)
-    if isinstance(bp, BeliefPropagation) and bp.coupling.log_H.device.type == "cpu":
-        warm_up(bp.num_classes)  # the CPU kernels' one-time load is not training time
-    start = time.perf_counter()
-    bar = tqdm(range(epochs), desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
-    diverged_at = None
-    for epoch in bar:
-        progress_step(epoch + 1, epochs)  # for the heartbeat line of a long run in a log (gbpn.progress)
-        why = None
+    return Selection(model, train_epoch, evaluate, y, masks, epochs, desc, patience, metric).advance(
+        epochs, progress).result()
+
+
+class Selection:
+    """:func:`train_with_selection` that can stop between epochs and go on later: :meth:`advance` trains up to an
+    epoch, :attr:`val` is the best validation score so far, :meth:`result` restores the best epoch's parameters.
+    A budgeted search (:mod:`gbpn.train.search`) trains many of these a few epochs each and continues the best."""
+
+    def __init__(self, model: torch.nn.Module, train_epoch: Callable[[int], float], evaluate: Callable[[int], Tensor],
+                 y: Tensor, masks: Tuple[Tensor, Tensor, Tensor], epochs: int, desc: str = "train",
+                 patience: Optional[int] = None, metric: str = "accuracy"):
+        self.model, self.train_epoch, self.evaluate, self.y, self.masks = model, train_epoch, evaluate, y, masks
+        self.epochs, self.desc, self.patience, self.metric = epochs, desc, patience, metric
+        self.select = metric
+        if metric == "roc_auc" and y[masks[1]].unique().numel() == 1:
+            self.select = "accuracy"  # NaN every epoch would keep the first epoch, whatever it scores
+            logger.warning(f"{desc}: the validation nodes hold one class, so their ROC AUC is undefined: epochs are "
+                           "selected on validation accuracy")
+        self.key = f"val_{self.select}"
+        self.best: Dict[str, float] = {self.key: -math.inf}
+        self.best_state, self.best_out = None, None
+        self.history: List[Dict[str, float]] = []
+        self.epoch, self.stopped, self.seconds, self.diverged_at = 0, False, 0.0, None
+        bp = getattr(model, "bp", None)
+        if isinstance(bp, BeliefPropagation) and bp.coupling.log_H.device.type == "cpu":
+            warm_up(bp.num_classes)  # the CPU kernels' one-time load is not training time
+
+    @property
+    def done(self) -> bool:
+        return self.stopped or self.epoch >= self.epochs
+
+    @property
+    def val(self) -> float:
+        """The best validation score so far (``-inf`` before the first epoch)."""
+        return self.best[self.key]
+
+    def advance(self, until: int, progress: bool = False) -> "Selection":
+        """Train epochs ``epoch .. until - 1`` (at most ``epochs``; none once stopped by patience or divergence)."""
+        start = time.perf_counter()
+        stop = min(until, self.epochs)
+        bar = tqdm(range(self.epoch, stop), desc=self.desc, disable=None if progress else True, leave=False,
+                   dynamic_ncols=True)
+        for epoch in bar:
+            if self.stopped:
+                break
+            self._epoch(epoch)
+            bar.set_postfix(loss=f"{self.history[-1]['loss']:.3f}" if self.history else "",
+                            val=f"{100 * self.history[-1][self.key]:.1f}%" if self.history else "",
+                            best=f"{100 * self.val:.1f}%")
+        bar.close()
+        self.seconds += time.perf_counter() - start
+        return self
+
+    def _epoch(self, epoch: int) -> None:
+        progress_step(epoch + 1, self.epochs)  # for the heartbeat line of a long run in a log (gbpn.progress)
+        model, why = self.model, None
+        self.epoch = epoch + 1
         try:
             model.train()
-            loss = train_epoch(epoch)
+            loss = self.train_epoch(epoch)
             if not math.isfinite(loss):
                 why = diverged(model) or f"the loss is {loss}"
             else:
                 model.eval()
                 with torch.no_grad():
-                    out = evaluate(epoch)
+                    out = self.evaluate(epoch)
                 if bool((out.isnan() | out.isposinf()).any()):  # a NaN model must not become the best epoch
                     why = diverged(model) or "its output holds NaN or inf"  # (-inf, log 0, is a clamp's)
         except ValueError as err:  # the layers' input checks see a NaN potential or a coupling out of range
@@ -95,34 +135,48 @@ def train_with_selection(
                 raise
         if why is not None:
             advice = "lower the learning rate: lr (--lr), or coupling_lr (--coupling-lr) where the coupling ran away"
-            if best_state is None:
-                raise GBPNError(f"{desc}: training diverged at epoch {epoch + 1} ({why}); {advice}")
-            logger.warning(f"{desc}: training diverged at epoch {epoch + 1} ({why}): stopped there, keeping the best "
-                           f"epoch before it ({best['epoch'] + 1}); {advice}")
-            diverged_at = epoch + 1
-            break
+            if self.best_state is None:
+                raise GBPNError(f"{self.desc}: training diverged at epoch {epoch + 1} ({why}); {advice}")
+            logger.warning(f"{self.desc}: training diverged at epoch {epoch + 1} ({why}): stopped there, keeping the "
+                           f"best epoch before it ({self.best['epoch'] + 1}); {advice}")
+            self.diverged_at, self.stopped = epoch + 1, True
+            return
         row = {"epoch": epoch, "loss": loss}
-        for name in dict.fromkeys(("accuracy", metric)):
-            for split, mask in zip(("train", "val", "test"), masks):
-                row[f"{split}_{name}"] = score(name, out, y, mask)
-        history.append(row)
-        if row[key] > best[key] or best_state is None:
-            best, best_out = dict(row), out
-            best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=f"{row['loss']:.3f}", val=f"{100 * row[key]:.1f}%", best=f"{100 * best[key]:.1f}%")
-        if patience is not None and epoch - best["epoch"] >= patience:
-            break
-    bar.close()
-    metrics = {k: v for k, v in best.items() if k not in ("epoch", "loss")}
-    metrics.update(best_epoch=best["epoch"], epochs_run=len(history), train_seconds=time.perf_counter() - start)
-    if metric != "accuracy":
-        metrics["metric"] = metric
-    if select != metric:
-        metrics["selected_on"] = select
-    if diverged_at is not None:
-        metrics["diverged_at"] = diverged_at
-    model.load_state_dict(best_state)
-    return metrics, best_out, history
+        with uncounted():  # a search's counted cost must not follow the labels scored here
+            for name in dict.fromkeys(("accuracy", self.metric)):
+                for split, mask in zip(("train", "val", "test"), self.masks):
+                    row[f"{split}_{name}"] = score(name, out, self.y, mask)
+        self.history.append(row)
+        if row[self.key] > self.val or self.best_state is None:
+            self.best, self.best_out = dict(row), out
+            self.best_state = copy.deepcopy(self.model.state_dict())
+        if self.patience is not None and epoch - self.best["epoch"] >= self.patience:
+            self.stopped = True
+
+    def result(self) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
+        """The best epoch's metrics, evaluation output and the history; the model gets the best epoch's
+        parameters (train no further after this)."""
+        metrics = {k: v for k, v in self.best.items() if k not in ("epoch", "loss")}
+        metrics.update(best_epoch=self.best["epoch"], epochs_run=len(self.history), train_seconds=self.seconds)
+        if self.metric != "accuracy":
+            metrics["metric"] = self.metric
+        if self.select != self.metric:
+            metrics["selected_on"] = self.select
+        if self.diverged_at is not None:
+            metrics["diverged_at"] = self.diverged_at
+        self.model.load_state_dict(self.best_state)
+        return metrics, self.best_out, self.history
+
+    _STATE = ("best", "best_state", "best_out", "history", "epoch", "stopped", "seconds", "diverged_at")
+
+    def state_dict(self) -> Dict:
+        """What :meth:`load_state_dict` needs to go on where this one is (the model's and optimiser's own state
+        are the caller's)."""
+        return {k: getattr(self, k) for k in self._STATE}
+
+    def load_state_dict(self, state: Dict) -> None:
+        for k in self._STATE:
+            setattr(self, k, state[k])
 
 
 def diverged(model: torch.nn.Module) -> Optional[str]:

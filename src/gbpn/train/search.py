@@ -1,39 +1,46 @@
 """A budgeted search by successive halving: many configurations for a few epochs, the better third for longer,
-then the best one trained in full.
+and the best one on to the end, each continuing where it stopped (never trained again from the start).
 
-The budget ``B`` counts epochs in units of one plain training run. A run stops at ``epochs`` or, with
-``patience`` P, when P epochs pass without a better validation score: about 2P epochs in (the best epoch
-comes after about as many epochs as patience waits), so one run counts ``min(epochs, 2 * patience)``
-epochs. The whole search, the final training of the chosen configuration counted as one run, trains at
-most ``B`` runs' epochs: the rungs get ``B - 1`` of them. :func:`plan` fits as many configurations into
-those as it can: ``n_0`` configurations for ``r_0`` epochs (1/20 of a run), the best ``n_0 // eta`` of
-them for ``eta * r_0`` epochs (each trained again from the start), and so on while more than one is kept;
-the last one left is trained as a plain run (``epochs``, with ``patience``). With ``B = 2``, ``eta = 3``
-and patience 100 that is 11 configurations for 10 epochs and the best 3 for 30 (200 epochs), then the
-best of those; without patience and 500 epochs, 11 for 25 and 3 for 75 (500 epochs).
+The budget ``B`` counts plain training runs of the configuration the search keeps. Epochs differ in cost
+by 20x across the space (a 64-wide SAGE against a 3-layer 512-wide GAT), so the search charges each
+configuration its counted cost per epoch (:mod:`gbpn.train.cost`: FLOPs and elements written, measured on
+its first epoch; never seconds, so a rerun makes the same choices). A run counts ``min(epochs, 2 *
+patience)`` epochs (:func:`run_epochs`). The configuration kept trains one whole run, its rungs included;
+the other configurations' rungs must fit ``B - 1`` runs of the cheapest configuration admitted, so the search
+costs at most ``B`` runs of whichever it keeps, at the counted costs, plus the first epoch of the one
+configuration that did not fit (the search stops taking configurations there).
 
-A hand-written loop, not Optuna: successive halving here is a few lines, every rung trains from scratch
-with a fixed epoch count (so the budget is exact and each unit's result depends on its configuration and
-seed alone, never on timing or order), and an interrupted search resumes from the finished units a
-:class:`~gbpn.train.units.Units` folder holds, with no database.
+Configurations are taken in order (the anchors first): each trains its first epoch, which measures its cost,
+and is admitted if the rungs planned for the admitted ones (at their costs, the later rungs at the costliest
+survivors') still fit; one that does not fit stops there. The rungs: ``n`` configurations up to epoch
+``first`` (1/40 of a run: 5 epochs at patience 100), the best ``n // eta`` on to ``eta * first``, and so on
+while more than one goes on; the best left trains to the end (``epochs``, with ``patience``). Its result is
+what a plain run of it gives: a :class:`~gbpn.train.session.Session` keeps its own random streams, so the
+epochs trained in turns with other configurations are the epochs a plain run trains.
 
-The search reads validation scores only: :func:`successive_halving` is given each unit's validation score,
-never its test score.
+A hand-written loop, not Optuna: the rungs continue sessions held in memory (an Optuna trial is a function
+run to its end or pruned), the budget is counted in the search's own units, and an interrupted search
+resumes from the states a :class:`~gbpn.train.units.Units` folder holds, with no database.
+
+The search reads validation scores only (:attr:`Session.val <gbpn.train.session.Session.val>`).
 """
 from __future__ import annotations
 
 import logging
 import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
+from gbpn.train.cost import counted
+from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
 
 ETA = 3  # keep the best third at each rung
-FIRST_FRACTION = 20  # the first rung trains 1/20 of a run (10 epochs of a 200-epoch run)
+FIRST_FRACTION = 40  # the first rung trains 1/40 of a run (5 epochs of a 200-epoch run)
 
 # the choices every searched network has (GBPN's encoders and the tuned baselines alike)
 DEPTHS = [1, 2, 3, 4, 5]
@@ -61,29 +68,35 @@ _MLP_DEPTH = ("mlp", "sign", "linkx")
 
 @dataclass(frozen=True)
 class Plan:
-    """The rungs of a search: ``rungs[k] = (configurations, epochs)``; the survivor of the last rung (or the
-    only configuration) is trained as a plain run: up to ``final`` epochs, counted as ``run`` (its expected
-    length under patience)."""
+    """How a search spends its budget: ``budget`` runs of ``run`` epochs each; rungs start at ``first`` epochs and
+    grow by ``eta``; the configuration kept trains up to ``final`` epochs."""
 
-    rungs: Tuple[Tuple[int, int], ...]
-    final: int
+    first: int
+    eta: int
     run: int
+    final: int
     budget: float
 
-    @property
-    def budget_epochs(self) -> int:
-        """The epochs the budget holds: ``budget`` runs' of ``run`` each."""
-        return math.floor(self.budget * self.run + 1e-9)
+    def rungs(self, n: int) -> List[Tuple[int, int]]:
+        """``(configurations, epoch)`` of each rung for ``n`` admitted configurations: each trains up to ``epoch``."""
+        out, r = [], self.first
+        while n > 1 and r < self.run:
+            out.append((n, r))
+            n, r = n // self.eta, r * self.eta
+        return out
 
-    @property
-    def configurations(self) -> int:
-        return self.rungs[0][0] if self.rungs else 1
+    def cost(self, costs: Sequence[float]) -> float:
+        """The most the rungs of configurations costing ``costs`` per epoch can cost: every rung's survivors the
+        costliest."""
+        total, done = 0.0, 0
+        for n, r in self.rungs(len(costs)):
+            total += sum(sorted(costs, reverse=True)[:n]) * (r - done)
+            done = r
+        return total
 
-    @property
-    def epochs(self) -> int:
-        """Epochs of the whole search at most (every unit running all its epochs), the final training counted
-        as one run."""
-        return sum(n * r for n, r in self.rungs) + self.run
+    def allowance(self, costs: Sequence[float]) -> float:
+        """What may be spent besides the kept configuration's own run: ``budget - 1`` runs of the cheapest."""
+        return (self.budget - 1) * self.run * min(costs)
 
 
 def run_epochs(epochs: int, patience: Optional[int] = None) -> int:
@@ -91,25 +104,20 @@ def run_epochs(epochs: int, patience: Optional[int] = None) -> int:
     return epochs if patience is None else max(1, min(epochs, 2 * patience))
 
 
+def max_configurations(schedule: Plan, anchors: int = 0) -> int:
+    """How many configurations to draw: as many as the budget holds at the first rung's epochs if every one cost
+    as little as the cheapest (the search stops at the first that does not fit), and at least the anchors."""
+    return max(anchors, math.floor((schedule.budget - 1) * schedule.run / schedule.first + 1e-9))
+
+
 def plan(epochs: int, budget: float, patience: Optional[int] = None, eta: int = ETA,
          first: Optional[int] = None) -> Plan:
-    """The most configurations successive halving fits into ``budget`` runs' epochs (see the module)."""
+    """The search's rungs and budget (see the module)."""
     if not (isinstance(budget, (int, float)) and math.isfinite(budget) and budget >= 1):
         raise GBPNError(f"--budget counts full trainings and must be at least 1 (the chosen configuration's own), "
                         f"got {budget}")
     run = run_epochs(epochs, patience)
-    first = first or max(1, run // FIRST_FRACTION)
-    best = Plan((), epochs, run, budget)
-    for n0 in range(2, 10_000):
-        rungs, n, r = [], n0, first
-        while n > 1 and r < run:
-            rungs.append((n, r))
-            n, r = n // eta, r * eta
-        candidate = Plan(tuple(rungs), epochs, run, budget)
-        if candidate.epochs > candidate.budget_epochs:
-            break
-        best = candidate
-    return best
+    return Plan(first or max(1, run // FIRST_FRACTION), eta, run, epochs, budget)
 
 
 def applies(name: str, potential: str) -> bool:
@@ -169,25 +177,102 @@ def sample(space: Dict[str, Sequence], n: int, seed: int, anchors: Sequence[Dict
     return out
 
 
-def successive_halving(configs: Sequence[Dict], rungs: Sequence[Tuple[int, int]],
-                       train: Callable[[int, Dict, int], Dict], desc: str = "search") -> Tuple[int, List[Dict]]:
-    """Train ``configs`` by successive halving over ``rungs`` (``(kept, epochs)`` each; the first rung's
-    count is ``len(configs)``): ``train(index, params, epochs)`` returns the unit's ``{"val": score,
-    "epochs_run": n, ...}``; the ``rungs[k + 1][0]`` best by ``val`` go on (ties: the earlier
-    configuration; NaN never goes on before a number). Returns the index of the configuration left and
-    every configuration's record (``params`` and its ``rungs``: epochs, validation score, epochs run)."""
-    records = [{"id": i, "params": dict(p), "rungs": []} for i, p in enumerate(configs)]
-    alive = list(range(len(configs)))
-    for k, (_, epochs) in enumerate(rungs):
+def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Session"], schedule: Plan,  # noqa: F821
+                       units: Optional[Units] = None, desc: str = "search", progress: bool = False,
+                       measure: Callable = counted) -> Tuple[int, object, Dict]:
+    """Search ``configs`` within ``schedule``'s budget (see the module). ``start(index, params)`` builds a
+    configuration's :class:`~gbpn.train.session.Session` (seeded, untrained); ``measure(fn)`` runs ``fn`` and
+    returns its result and cost (:func:`gbpn.train.cost.counted`). Rankings read :attr:`Session.val` (ties: the lower
+    last training loss, then the earlier configuration; NaN never goes on before a number), never a test score; a configuration that fails
+    (:class:`~gbpn.errors.GBPNError`: diverged) loses. With ``units``, every configuration's first-epoch record
+    and each rung's states are kept there, and a search run again resumes from them.
+
+    Returns the index of the configuration kept, its finished training's result (``Session.finish``) and the
+    search's record: ``configurations`` (each one's ``params``, ``cost`` per epoch, whether ``admitted``, and
+    its ``rungs``: epoch, validation score), ``allowance``, ``planned_cost``, ``spent_cost`` and ``other_epochs`` (what
+    the search trained besides the kept configuration's run), ``run_cost`` (the kept one's whole training) and ``seconds``."""
+    began = time.perf_counter()
+    records = [{"id": i, "params": dict(p), "cost": None, "admitted": False, "rungs": []} for i, p in enumerate(configs)]
+    sessions: Dict[int, object] = {}
+    admitted: List[int] = []
+
+    def session(i: int, epoch: int):
+        """Configuration ``i``'s session at ``epoch`` or before: in memory, from its state in ``units``, or new."""
+        if i not in sessions:
+            s = start(i, configs[i])
+            saved = units.get_torch(f"config{i}-state") if units is not None else None
+            if saved is not None and saved["epoch"] <= epoch:
+                s.load_state_dict(saved["state"])
+            sessions[i] = s
+        return sessions[i]
+
+    for i in range(len(configs)):
+        record = units.get(f"config{i}-first") if units is not None else None
+        if record is None:
+            try:
+                fresh = start(i, configs[i])  # building it (precomputed features, checks) is once, not per epoch
+                sessions[i], cost = measure(lambda: fresh.advance(1))
+                record = {"cost": cost, "val": _finite(sessions[i].val)}
+            except GBPNError as err:  # a configuration that diverges (too high a learning rate) loses, the search goes on
+                logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
+                sessions.pop(i, None)
+                record = {"cost": None, "val": None, "error": str(err)}
+            if units is not None:
+                units.put(f"config{i}-first", record)
+        records[i].update(cost=record["cost"], admitted=False)
+        if record["cost"] is None:
+            continue
+        costs = [records[j]["cost"] for j in admitted] + [record["cost"]]
+        if not admitted or schedule.cost(costs) <= schedule.allowance(costs):
+            admitted.append(i)
+            records[i]["admitted"] = True
+        else:
+            sessions.pop(i, None)
+            logger.info(f"{desc}: configuration {i} ({record['cost'] / 1e9:.1f} GFLOP-equivalents an epoch) does not "
+                        f"fit the budget; {len(admitted)} admitted")
+            break
+    costs = [records[j]["cost"] for j in admitted]
+    alive = list(admitted)
+    rungs = schedule.rungs(len(alive))
+    for k, (_, epoch) in enumerate(rungs):
         for i in alive:
-            unit = train(i, configs[i], epochs)
-            records[i]["rungs"].append({"epochs": epochs, **unit})
+            s = session(i, epoch)
+            try:
+                s.advance(epoch)
+            except GBPNError as err:
+                logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
+            records[i]["rungs"].append({"epoch": epoch, "val": _finite_or_none(s.val), "loss": _loss(s),
+                                        "epochs_run": s.epoch})
+            if units is not None:
+                units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
         keep = rungs[k + 1][0] if k + 1 < len(rungs) else 1
-        ranked = sorted(alive, key=lambda i: (-_finite(records[i]["rungs"][-1]["val"]), i))
+        # early on many share a score (the majority class): the lower training loss, still falling, goes first
+        ranked = sorted(alive, key=lambda i: (-_finite(sessions[i].val), _loss(sessions[i]), i))
         alive = sorted(ranked[:keep])
-        logger.info(f"{desc}: rung {k + 1}/{len(rungs)} ({epochs} epochs, {len(ranked)} configurations): best val "
+        for i in ranked[keep:]:
+            del sessions[i]  # a configuration left behind frees its model and precomputed features
+        logger.info(f"{desc}: rung {k + 1}/{len(rungs)} (epoch {epoch}, {len(ranked)} configurations): best val "
                     f"{100 * _finite(records[ranked[0]]['rungs'][-1]['val']):.2f}%; {len(alive)} go on")
-    return (alive[0] if alive else 0), records
+    chosen = alive[0] if alive else 0
+    result = session(chosen, schedule.final).finish(progress)
+    epochs_of = {i: (r["rungs"][-1]["epochs_run"] if r["rungs"] else (1 if r.get("cost") else 0))
+                 for i, r in enumerate(records)}
+    others = [i for i in range(len(configs)) if i != chosen and records[i].get("cost")]
+    spent = sum(records[i]["cost"] * epochs_of[i] for i in others)
+    run_cost = (records[chosen]["cost"] or 0.0) * sessions[chosen].epoch if chosen in sessions else None
+    return chosen, result, {"configurations": records, "admitted": len(admitted), "allowance": schedule.allowance(costs)
+                            if costs else 0.0, "planned_cost": schedule.cost(costs), "spent_cost": spent,
+                            "other_epochs": sum(epochs_of[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
+                            "seconds": time.perf_counter() - began}
+
+
+def _loss(session) -> float:
+    history = session.selection.history
+    return history[-1]["loss"] if history and math.isfinite(history[-1]["loss"]) else math.inf
+
+
+def _finite_or_none(value) -> Optional[float]:
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
 def _finite(value) -> float:
