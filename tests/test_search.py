@@ -61,7 +61,8 @@ def halving(scores, first=1, budget=100.0, run=1000, final=100, **kw):
 
 def test_successive_halving_keeps_the_best_third_at_each_rung_and_continues_it():
     scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
-    chosen, result, search, log = halving(scores)
+    # one run of 15 epochs at cost 1: 9 first epochs, 6 left for the last rung's three: 2 epochs each, to epoch 3
+    chosen, result, search, log = halving(scores, budget=2, run=15)
     assert search["rungs"] == [[9, 1], [3, 3]]
     assert sorted(i for i, a, b in log if (a, b) == (0, 1)) == list(range(9))  # each one's first epoch
     assert sorted(i for i, a, b in log if (a, b) == (1, 3)) == [1, 4, 6]  # the top three go on from epoch 1
@@ -77,6 +78,18 @@ def test_successive_halving_ranks_each_rung_on_its_own_scores():
     chosen, *_, log = halving([0.60, 0.50, 0.45, 0.0, 0.0, 0.0], slopes=[0.0, 0.0, 0.1, 0.0, 0.0, 0.0])
     # epoch 1: 0.60, 0.50, 0.55, 0, 0, 0 -> 0 and 2 go on; epoch 3: 0.60, 0.75 -> 2
     assert sorted(i for i, a, b in log if a == 1) == [0, 2] and chosen == 2
+
+
+def test_the_last_rung_goes_on_as_far_as_the_allowance_left_pays_for():
+    # 9 configurations costing 1 (the third 3): first epochs 11 of an allowance of 1 x 40; the three finalists
+    # (0.9, 0.8, 0.7: costs 1, 1, 1) share the 29 left: 9 more epochs each, to epoch 10
+    scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
+    costs = [1, 1, 3, 1, 1, 1, 1, 1, 1]
+    _, _, search, log = halving(scores, costs=costs, budget=2, run=40, final=100)
+    assert search["rungs"] == [[9, 1], [3, 10]] and sorted(i for i, a, b in log if (a, b) == (1, 10)) == [1, 4, 6]
+    assert search["spent_cost"] <= search["allowance"] == 40
+    # never past a run's epochs
+    assert halving(scores, budget=10, run=12, final=100)[2]["rungs"] == [[9, 1], [3, 12]]
 
 
 def test_ties_go_to_the_lower_loss_then_the_earlier_and_nan_never_goes_on():

@@ -14,7 +14,9 @@ Configurations are taken in order (the anchors first): each trains its first epo
 and is admitted if the rungs planned for the admitted ones (at their costs, the later rungs at the costliest
 survivors') still fit; one that does not fit stops there. The rungs: ``n`` configurations up to epoch
 ``first`` (1/40 of a run: 5 epochs at patience 100), the best ``n // eta`` on to ``eta * first``, and so on
-while more than one goes on; the best left trains to the end (``epochs``, with ``patience``). Its result is
+while more than one goes on; the last rung goes on as far as what is left of the allowance pays for (up to a
+run's epochs), so that the finalists are compared as late as the budget allows; the best left trains to the
+end (``epochs``, with ``patience``). Its result is
 what a plain run of it gives: a :class:`~gbpn.train.session.Session` keeps its own random streams, so the
 epochs trained in turns with other configurations are the epochs a plain run trains.
 
@@ -234,13 +236,21 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
     costs = [records[j]["cost"] for j in admitted]
     alive = list(admitted)
     rungs = schedule.rungs(len(alive))
-    for k, (_, epoch) in enumerate(rungs):
+    trained = {i: 1 for i, r in enumerate(records) if r["cost"] is not None}  # the first epochs, admitted or not
+    for k, (n, epoch) in enumerate(rungs):
+        if k == len(rungs) - 1:  # the last rung trains as far as what is left of the allowance lets it
+            left = schedule.allowance(costs) - sum(records[i]["cost"] * e for i, e in trained.items())
+            start_epoch = rungs[k - 1][1] if k else 1
+            epoch = max(epoch, min(schedule.run, schedule.final,
+                                   start_epoch + math.floor(left / sum(records[i]["cost"] for i in alive))))
+            rungs[k] = (n, epoch)
         for i in alive:
             s = session(i, epoch)
             try:
                 s.advance(epoch)
             except GBPNError as err:
                 logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
+            trained[i] = s.epoch
             records[i]["rungs"].append({"epoch": epoch, "val": _finite_or_none(s.val), "loss": _loss(s),
                                         "epochs_run": s.epoch})
             if units is not None:
