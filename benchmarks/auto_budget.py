@@ -58,6 +58,15 @@ def summarize(cost: Path, grids, reference) -> str:
     return "\n".join(out) + "\n"
 
 
+def _grid_rows(path: Path) -> list:
+    """A grid's rows: its results.csv, or a grid folder's (rows/*.json of the runs it finished where it has none)."""
+    import csv
+
+    if path.is_dir() and not (path / "results.csv").is_file():
+        return [{k: str(v) for k, v in json.loads(f.read_text()).items()} for f in sorted(path.glob("rows/*.json"))]
+    return list(csv.DictReader(open(path / "results.csv" if path.is_dir() else path)))
+
+
 TWO_LAYER = {"gcn:tuned": "gcn", "gcn-sep:tuned": "gcn", "sage:tuned": "sage", "gat:tuned": "gat", "gat-sep:tuned": "gat"}
 BASELINES = ("mlp", "gcn", "sage", "gat", "gmnn", "dagnn", "lp", "cs")  # the eight two-layer baselines
 
@@ -70,7 +79,7 @@ def accuracy_table(rows, grids, reference, common: bool) -> str:
     import csv
     import statistics
 
-    tuned_rows = [r for g in grids for r in csv.DictReader(open(g))]
+    tuned_rows = [r for g in grids for r in _grid_rows(Path(g))]
     ref: dict = {}
     for g in reference:
         found = list(csv.DictReader(open(g)))
@@ -130,8 +139,9 @@ def main() -> None:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", required=True)
-    p.add_argument("--summarize", nargs="*", metavar="RESULTS_CSV", default=None,
-                   help="print the tables from --output and these grids' results.csv instead of running")
+    p.add_argument("--summarize", nargs="*", metavar="GRID", default=None,
+                   help="print the tables from --output and these :tuned grids (results.csv, or a grid folder: its "
+                        "results.csv or finished rows) instead of running")
     p.add_argument("--reference", nargs="*", default=[],
                    help="with --summarize: results.csv files holding exhaustive gbpn:auto rows on the same trials")
     args = p.parse_args()

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Sequence
 from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import TrainConfig
+from gbpn.train.cost import counted
 from gbpn.train.search import GBPN_SPACE, applies, check_space, max_configurations, plan, sample, successive_halving
 from gbpn.train.units import Units
 
@@ -121,13 +122,22 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
         cand = _configured(config, params, config.epochs)
         return start_one(data, cand, seed, masks, f"{desc} [search {index}: {candidate_name(cand)}]")
 
-    chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress)
+    chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress, _measure)
     res.metrics["auto_search"] = {"budget": config.budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
                                   "eta": schedule.eta, **search, "chosen": {"id": chosen, "params": configs[chosen]}}
     res.metrics["search_epochs"] = search["other_epochs"] + res.metrics["epochs_run"]
     res.metrics["auto_seconds"] = search["seconds"]
     res.metrics["search_configurations"] = search["admitted"]
     return res
+
+
+def _measure(fn: Callable):
+    """:func:`~gbpn.train.cost.counted`; under ``torchrun`` rank 0's count, so that every rank admits the same
+    configurations (each rank's trees differ, and so do their counts)."""
+    from gbpn.distributed import broadcast_object, rank_and_world
+
+    out, cost = counted(fn)
+    return out, (broadcast_object(cost) if rank_and_world()[1] > 1 else cost)
 
 
 def _params(config: TrainConfig, space: Dict[str, list]) -> Dict:
