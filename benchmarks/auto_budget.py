@@ -85,21 +85,22 @@ def accuracy_table(rows, grids, reference, common: bool) -> str:
         found = list(csv.DictReader(open(g)))
         for d in {r["dataset"] for r in found}:
             ref[d] = [r for r in found if r["dataset"] == d]
-    tuned = list(dict.fromkeys(r["model"] for r in tuned_rows))
+    tuned = [m for m in TWO_LAYER if any(r["model"] == m for r in tuned_rows)]
     head = ["dataset", "metric", "trials", "budgeted auto", "exhaustive auto", "best two-layer baseline"]
     if common:
         head += tuned + [f"{m} − {TWO_LAYER[m]}" for m in tuned if m in TWO_LAYER]
     out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    walls: list = []
     for d in dict.fromkeys(r["dataset"] for r in rows):
         mine = {r["trial"]: r for r in rows if r["dataset"] == d}
         metric = next(iter(mine.values()))["metric"]
         key = f"test_{metric}"
         score = lambda rs, m: {int(r["trial"]): float(r[key]) for r in rs if r["model"] == m and r.get(key)}  # noqa: E731
         trials = set(mine)
-        if common:
+        tuned_here = [r for r in tuned_rows if r["dataset"] == d]
+        if common:  # the trials every tuned baseline run on this data set has
             for m in tuned:
-                trials &= set(score(tuned_rows, m) if any(r["dataset"] == d for r in tuned_rows) else trials)
-            tuned_here = [r for r in tuned_rows if r["dataset"] == d]
+                trials &= set(score(tuned_here, m)) if any(r["model"] == m for r in tuned_here) else trials
         trials = sorted(trials)
         if not trials:
             continue
@@ -125,6 +126,15 @@ def accuracy_table(rows, grids, reference, common: bool) -> str:
                 cells.append(f"{100 * statistics.mean(a - b for a, b in pairs):+.1f}" if len(pairs) == len(trials)
                              else "–")
         out.append(f"| {d} | {metric} | {len(trials)} | " + " | ".join(cells) + " |")
+        if common:
+            secs = lambda rs, m: [float(r["seconds"]) for r in rs if r["model"] == m and int(r["trial"]) in trials]  # noqa: E731
+            walls.append(f"| {d} | {len(trials)} | {statistics.mean(mine[t]['auto_seconds'] for t in trials):.0f} | "
+                         f"{statistics.mean(mine[t]['single_seconds'] for t in trials):.0f} | "
+                         + " | ".join(f"{statistics.mean(v):.0f}" if len(v := secs(src, m)) == len(trials) else "–"
+                                      for src, m in [(tuned_here, m) for m in tuned]) + " |")
+    if common:
+        out += ["", "| dataset | trials | budgeted auto s | one run of its choice s | "
+                + " | ".join(f"{m} s" for m in tuned) + " |", "|---" * (4 + len(tuned)) + "|", *walls]
     return "\n".join(out) + "\n"
 
 
