@@ -221,7 +221,7 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
                 record = {"cost": None, "val": None, "error": str(err)}
             if units is not None:
                 units.put(f"config{i}-first", record)
-        records[i].update(cost=record["cost"], admitted=False)
+        records[i]["cost"] = record["cost"]
         if record["cost"] is None:
             continue
         costs = [records[j]["cost"] for j in admitted] + [record["cost"]]
@@ -265,14 +265,12 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
                     f"{100 * _finite(records[ranked[0]]['rungs'][-1]['val']):.2f}%; {len(alive)} go on")
     chosen = alive[0] if alive else 0
     result = session(chosen, schedule.final).finish(progress)
-    epochs_of = {i: (r["rungs"][-1]["epochs_run"] if r["rungs"] else (1 if r.get("cost") else 0))
-                 for i, r in enumerate(records)}
-    others = [i for i in range(len(configs)) if i != chosen and records[i].get("cost")]
-    spent = sum(records[i]["cost"] * epochs_of[i] for i in others)
+    others = [i for i in trained if i != chosen]  # every configuration that trained, the kept one aside
+    spent = sum(records[i]["cost"] * trained[i] for i in others)
     run_cost = (records[chosen]["cost"] or 0.0) * sessions[chosen].epoch if chosen in sessions else None
     return chosen, result, {"configurations": records, "admitted": len(admitted), "allowance": schedule.allowance(costs)
                             if costs else 0.0, "planned_cost": schedule.cost(costs), "spent_cost": spent,
-                            "other_epochs": sum(epochs_of[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
+                            "other_epochs": sum(trained[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
                             "seconds": time.perf_counter() - began}
 
 
