@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gbpn.errors import GBPNError
-from gbpn.train.search import Plan, max_configurations, plan, sample, successive_halving
+from gbpn.train.search import Plan, at_fastest_lr, max_configurations, plan, sample, successive_halving
 
 
 class Toy:
@@ -160,6 +160,39 @@ def test_sample_puts_anchors_first_and_draws_distinct_seeded_configurations():
     assert all(("depth" in c) == (c["potential"] == "b") for c in first)
     assert sample(space, 6, seed=3, anchors=[{"potential": "a", "lr": 0.1}], reads=reads) == first
     assert len(sample(space, 50, seed=0, reads=reads)) == 2 + 3 * 2  # the whole space (a: 2 lr; b: 3 depths x 2 lr), no more
+
+
+def test_anchors_start_at_the_fastest_learning_rate_of_the_space():
+    assert at_fastest_lr({"potential": "a", "lr": 1e-3}, {"lr": [3e-3, 1e-2]}) == {"potential": "a", "lr": 1e-2}
+    assert at_fastest_lr({"potential": "a"}, {"potential": ["a"]}) == {"potential": "a"}  # a space without lr
+
+
+def test_budgeted_auto_and_tuned_baselines_draw_anchors_at_the_fastest_learning_rate(monkeypatch):
+    from gbpn.baselines import tuned
+    from gbpn.data import load_dataset
+    from gbpn.train import auto
+    from gbpn.train.config import TrainConfig
+
+    seen = []
+
+    def stop(configs, *args, **kwargs):  # the configurations the search would try, no training
+        seen.append(list(configs))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(auto, "successive_halving", stop)
+    monkeypatch.setattr(tuned, "successive_halving", stop)
+    data = load_dataset("synth-ising+")
+    masks = (torch.arange(data.num_nodes) % 3 == 0, torch.arange(data.num_nodes) % 3 == 1,
+             torch.arange(data.num_nodes) % 3 == 2)
+    with pytest.raises(KeyboardInterrupt):
+        auto.fit_budgeted(data, TrainConfig(epochs=12, potential="auto", budget=2, lr=1e-3), 0, masks, False, "t",
+                          None, None)
+    with pytest.raises(KeyboardInterrupt):
+        tuned.fit_tuned("gcn", data, masks, epochs=12)
+    gbpn_configs, gcn_configs = seen
+    assert [c["potential"] for c in gbpn_configs[:6]] == ["mlp", "sign", "sage", "gcn", "dagnn", "linkx"]
+    assert all(c["lr"] == 1e-2 for c in gbpn_configs[:6]) and gcn_configs[0]["lr"] == 1e-2
+    assert {c["lr"] for c in gbpn_configs + gcn_configs} <= {3e-3, 1e-2}
 
 
 # --- whole trainings ---------------------------------------------------------------------------------------

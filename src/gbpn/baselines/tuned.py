@@ -15,9 +15,9 @@ always does (its root weight).
 ``gat-sep``  GAT (4 heads), separate ego weight
 ===========  ======================================
 
-The search (:mod:`gbpn.train.search`) starts from the two-layer setting (2 layers, 256 units, lr 1e-3, the
-paper's dropout rule) and draws the rest from :data:`BASELINE_SPACE`; the configuration it keeps trains on
-to ``epochs`` (with ``patience``) from where its last rung stopped. Its validation scores alone choose: test scores are reported, never read.
+The search (:mod:`gbpn.train.search`) starts from the two-layer setting (2 layers, 256 units, the paper's dropout
+rule, the space's largest learning rate) and draws the rest from :data:`BASELINE_SPACE`; the configuration it
+keeps trains on to ``epochs`` (with ``patience``) from where its last rung stopped. Its validation scores alone choose: test scores are reported, never read.
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
 from gbpn.train.config import default_dropout
 from gbpn.train.metrics import METRICS, default_metric
-from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, check_space, max_configurations, plan, sample,
-                               successive_halving)
+from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
+                               sample, successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -75,7 +75,8 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
     schedule = plan(epochs, budget, patience)
     anchor = {**_TWO_LAYER, "dropout": default_dropout(data.num_features, int(masks[0].sum()))}
-    configs = sample(space, max_configurations(schedule, 1), seed, [{k: v for k, v in anchor.items() if k in space}])
+    configs = sample(space, max_configurations(schedule, 1), seed,
+                     [at_fastest_lr({k: v for k, v in anchor.items() if k in space}, space)])
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
                           "weight_decay": weight_decay, "space": space}, seed, masks)
     x = prepare_features(data.x)

@@ -12,7 +12,8 @@ from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import TrainConfig
 from gbpn.train.cost import counted
-from gbpn.train.search import GBPN_SPACE, applies, check_space, max_configurations, plan, sample, successive_halving
+from gbpn.train.search import (GBPN_SPACE, applies, at_fastest_lr, check_space, max_configurations, plan, sample,
+                               successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -108,11 +109,12 @@ def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: 
 def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, units: Units,
                  start_one: Callable) -> "TrialResult":  # noqa: F821
     """Successive halving (:mod:`gbpn.train.search`) over :func:`search_space` within ``config.budget`` full
-    trainings, the exhaustive candidates' settings first; the configuration left trains on to ``config.epochs``.
+    trainings, the exhaustive candidates' settings first (at the space's largest learning rate); the configuration left trains on to ``config.epochs``.
     Its metrics record every configuration tried (``auto_search``)."""
     space = search_space(config)
     schedule = plan(config.epochs, config.budget, config.patience)
-    anchors = [_params(c, space) for c in auto_candidates(config) if c.potential in space["potential"]]
+    anchors = [at_fastest_lr(_params(c, space), space) for c in auto_candidates(config)
+               if c.potential in space["potential"]]
     configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp")))
     logger.info(f"{desc}: searching up to {len(configs)} configurations within {config.budget:g} runs of "
