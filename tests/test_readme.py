@@ -126,7 +126,6 @@ def test_readme_library_example_runs(data_dir):
     scope: dict = {}
     exec(compile(_script(README, data_dir, ("### Library",)), "README.md", "exec"), scope)
     assert scope["log_p"].shape == (2708, 7)
-    assert scope["beliefs"].shape == (2708, 7)
     assert scope["model"].H.shape == (7, 7)
 
 
