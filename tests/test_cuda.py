@@ -93,3 +93,13 @@ def test_torchrun_maps_ranks_to_gpus(tmp_path):
     trial = json.loads((tmp_path / "run" / "metrics.json").read_text())["trials"][0]
     assert json.loads((tmp_path / "run" / "config.json").read_text())["world_size"] == ranks
     assert len(set(trial["rank_parameter_digests"])) == 1 and trial["device"].startswith("cuda")
+
+
+def test_a_tuned_baseline_and_budgeted_gbpn_benchmark_on_cuda(tmp_path):
+    out = tmp_path / "grid"
+    assert main(["benchmark", "--models", "gat-sep:tuned", "gbpn:tuned", "--datasets", "synth-ising+", "--trials", "1",
+                 "--epochs", "12", "--device", "cuda", "--output", str(out), "-q"]) == 0
+    assert json.loads((out / "config.json").read_text())["device"] == "cuda"
+    for model in ("gat-sep:tuned", "gbpn:tuned"):
+        row = json.loads((out / "rows" / f"synth-ising+__{model}__0.json").read_text())
+        assert row["search_configurations"] >= 2 and 0.5 < row["test_accuracy"] <= 1

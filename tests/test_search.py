@@ -368,6 +368,18 @@ def test_a_budget_without_auto_or_below_one_training_is_one_line_exit_2(argv, ca
     assert not (tmp_path / "r" / "metrics.json").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without CUDA")
+def test_a_benchmark_on_an_absent_gpu_is_one_line_exit_2_before_its_folder_exists(capsys, tmp_path):
+    from gbpn.cli import main
+
+    out = tmp_path / "grid"
+    assert main(["benchmark", "--models", "gcn:tuned", "--datasets", "synth-ising+", "--trials", "1", "--epochs", "2",
+                 "--device", "cuda", "--output", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such CUDA device" in err[0] and "--device cpu" in err[0]
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_gbpn_train_interrupted_between_auto_candidates_resumes_there(tmp_path, monkeypatch):
     from gbpn import api

@@ -88,4 +88,4 @@ def start_full_batch(model: nn.Module, forward: Callable[[], Tensor], y: Tensor,
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     selection = Selection(model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
                           lambda epoch: forward(), y, masks, epochs, desc, patience, metric)
-    return Session(selection, model, opt, lambda sel: sel.result()[:2])
+    return Session(selection, model, opt, lambda sel: sel.result()[:2], cuda=y.is_cuda)

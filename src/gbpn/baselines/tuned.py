@@ -34,7 +34,7 @@ from gbpn.data.features import prepare_features
 from gbpn.data.splits import check_masks
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
-from gbpn.train.config import default_dropout
+from gbpn.train.config import default_dropout, resolve_device
 from gbpn.train.metrics import METRICS, default_metric
 from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
                                sample, successive_halving)
@@ -51,7 +51,7 @@ _TWO_LAYER = {"num_layers": 2, "residual": False, "layer_norm": False, "hidden":
 def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int = 0, epochs: int = 500,
               budget: float = 2.0, patience: Optional[int] = None, metric: str = "accuracy",
               weight_decay: float = 2.5e-4, space: Optional[Dict[str, Sequence]] = None,
-              units: Optional[str | Path] = None, return_probs: bool = False):
+              units: Optional[str | Path] = None, return_probs: bool = False, device: str = "cpu"):
     """Search the ``name`` baseline (one of :data:`TUNED`) within ``budget`` plain runs of the configuration kept
     (:mod:`gbpn.train.search`: counted costs; a run counts ``epochs``, or ``2 * patience`` where fewer) and train
     that one on to the end.
@@ -60,8 +60,8 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
     ``train_seconds``), the chosen options as ``tuned__<option>``, ``search_epochs`` (every epoch trained,
     the final ones included), ``search_seconds``, ``search_configurations`` and ``search`` (every
     configuration's options and validation score per rung); with ``return_probs`` also the final model's
-    class probabilities ``[N, c]``. ``units``: a folder keeping finished rungs (an interrupted search
-    resumes there)."""
+    class probabilities ``[N, c]`` (on the CPU). ``units``: a folder keeping finished rungs (an interrupted search
+    resumes there). ``device``: where the networks train (``cpu``, ``cuda``, ``cuda:N`` or ``auto``)."""
     if name not in TUNED:
         raise GBPNError(f"unknown tuned baseline {name!r}; choose one of {', '.join(TUNED)}")
     conv, separate = TUNED[name]
@@ -79,15 +79,17 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
                      [at_fastest_lr({k: v for k, v in anchor.items() if k in space}, space)])
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
                           "weight_decay": weight_decay, "space": space}, seed, masks)
-    x = prepare_features(data.x)
-    inputs = GNNEncoder(1, 1, conv, 4, 1, separate=separate).precompute(x, data.edge_index)  # once for every run
+    dev = resolve_device(device)
+    x = prepare_features(data.x).to(dev)
+    inputs = GNNEncoder(1, 1, conv, 4, 1, separate=separate).precompute(x, data.edge_index.to(dev))  # once for all
+    y, on_dev = data.y.to(dev), tuple(m.to(dev) for m in masks)
 
     def start(index: int, params: Dict):
         p = {**anchor, **params}
         torch.manual_seed(seed)
         model = GNNEncoder(data.num_features, c, conv, p["hidden"], p["num_layers"], p["dropout"], p["residual"],
-                           p["layer_norm"], separate)
-        return start_full_batch(model, lambda: model(inputs), data.y, masks, epochs, p["lr"], weight_decay,
+                           p["layer_norm"], separate).to(dev)
+        return start_full_batch(model, lambda: model(inputs), y, on_dev, epochs, p["lr"], weight_decay,
                                 f"{name}:tuned [search {index}]", patience, metric)
 
     chosen, (metrics, out), search = successive_halving(configs, start, schedule, store, f"{name}:tuned")
@@ -96,4 +98,4 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
                    search_seconds=search["seconds"], search_configurations=search["admitted"],
                    search={"budget": budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
                            "eta": schedule.eta, **search, "chosen": chosen})
-    return (metrics, F.softmax(out, dim=-1)) if return_probs else metrics
+    return (metrics, F.softmax(out, dim=-1).cpu()) if return_probs else metrics

@@ -58,6 +58,8 @@ def add_parser(sub, common) -> None:
     b.add_argument("--skip-missing", action="store_true",
                    help="run the grid without the data sets whose files are absent (each named in a warning); "
                         "by default an absent data set stops the grid before it starts")
+    add_option(b, "device", help="where GBPN and the :tuned models train: cpu, cuda, cuda:N or auto (CUDA "
+                                 "when available); the other baselines train on the CPU (default: cpu)")
     add_threads(b)
     b.add_argument("--output", default=None,
                    help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         table = run_preset(args.preset, output, quick=args.quick, seed=args.seed, data_dir=args.data_dir,
                            progress=not args.quiet, log=log, table_only=args.table_only, metric=args.metric,
                            skip_missing=args.skip_missing,
-                           save_predictions=args.save_predictions)
+                           save_predictions=args.save_predictions, device=args.device)
     else:
         output = args.output or default_output(args)
         if args.table_only and not (args.models and args.datasets):
@@ -150,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
                          data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
                          skip_missing=args.skip_missing,
                          batch_size=args.batch_size, patience=args.patience, metric=args.metric,
-                         save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget)
+                         save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget,
+                         device=args.device)
     print(table, end="")
     print(f"rows, results.csv and table.md in {output}")
     return 0

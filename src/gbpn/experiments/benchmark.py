@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from gbpn.train.config import TrainConfig
+from gbpn.train.config import TrainConfig, resolve_device
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
@@ -109,17 +109,18 @@ QUICK = {"trials": 2, "epochs": 100}
 
 def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optional[int] = None,
             patience: Optional[int] = None, metric: str = "auto", keep: bool = False,
-            dropout: Optional[float] = None, budget: float = 2.0, units: Optional[Path] = None):
+            dropout: Optional[float] = None, budget: float = 2.0, units: Optional[Path] = None, device: str = "cpu"):
     """Train and score one model on one split; returns its metrics. ``batch_size`` trains
     GBPN on sampled trees (T = 2, d = 5) instead of full-batch; ``patience`` stops full-batch
     runs early; ``dropout`` overrides the default rule for every model. With ``keep``, returns ``(metrics, kept)``: GBPN's :class:`~gbpn.train.fit.TrialResult`,
     a full-batch baseline's class probabilities ``[N, c]``, ``None`` for the mini-batch baselines.
     ``budget``: the full trainings a ``:tuned`` model's search spends (:mod:`gbpn.experiments.tuned`), ``units``
-    the folder keeping its finished rungs (an interrupted run resumes there)."""
+    the folder keeping its finished rungs (an interrupted run resumes there). ``device``: where GBPN and the
+    ``:tuned`` models train (the other baselines train on the CPU)."""
     if model in TUNED_MODELS:
-        return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout, units)
+        return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout, units, device)
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
-                         patience=patience, metric=metric, dropout=dropout)
+                         patience=patience, metric=metric, dropout=dropout, device=device)
     if model in EXACT_MODELS:
         metrics = exact_bp(model, data, masks)
         return (metrics, None) if keep else metrics
@@ -279,6 +280,7 @@ def run_grid(
     save_predictions: bool = False,
     dropout: Optional[float] = None,
     budget: float = 2.0,
+    device: str = "cpu",
 ) -> str:
     """Run every (dataset, model, trial) not yet on disk (none with ``table_only``); return the Markdown table.
 
@@ -293,7 +295,10 @@ def run_grid(
 
     A data set whose files are absent stops the grid before it starts (:class:`GBPNError`), or with
     ``skip_missing`` leaves the grid with a warning. ``progress`` shows a bar on a terminal and
-    elsewhere a line per finished run with the time spent and left (:class:`gbpn.progress.Progress`)."""
+    elsewhere a line per finished run with the time spent and left (:class:`gbpn.progress.Progress`).
+
+    ``device`` is where GBPN and the ``:tuned`` models train (the other baselines train on the CPU); it is recorded in
+    ``config.json`` and is not part of the grid's identity (a grid resumes on another device)."""
     out = Path(output)
     for m in models:
         if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS + EXACT_MODELS:
@@ -310,6 +315,7 @@ def run_grid(
                            "--output folder")
     for d in datasets:  # a misspelt name fails now, not after the grid's earlier data sets have run
         check_dataset_name(d)
+    resolve_device(device)  # and a GPU this machine lacks
     recorded = False
 
     def record_config() -> None:
@@ -317,7 +323,7 @@ def run_grid(
         nonlocal recorded
         if not recorded:
             write_json(out / "config.json", {**grid, "protocol": "AdamW lr 1e-3 wd 2.5e-4, val model selection",
-                                             "versions": versions()})
+                                             "device": device, "versions": versions()})
             recorded = True
     # a bring-your-own folder is named by its last path component in rows and tables
     source = {dataset_name(d): d for d in datasets}
@@ -412,7 +418,7 @@ def run_grid(
             else:
                 # a :tuned run keeps its finished rungs until its row is written: a rerun resumes there
                 metrics = run_one(m, data, masks, s, epochs, batch_size, patience, resolved[d], keep=save_predictions,
-                                  dropout=dropout, budget=budget, units=out / "units" / name.name)
+                                  dropout=dropout, budget=budget, units=out / "units" / name.name, device=device)
                 if save_predictions:
                     metrics, kept = metrics
                     _save_outputs(out, name.name, data, kept, s, record, data_source(source[d], data_dir))

@@ -21,15 +21,16 @@ TUNED_MODELS: Tuple[str, ...] = ("gbpn:tuned", "gbpn-i:tuned", *(f"{n}{SUFFIX}" 
 
 
 def run_tuned(model: str, data, masks, seed: int, epochs: int, budget: float, patience: Optional[int] = None,
-              metric: str = "auto", keep: bool = False, dropout: Optional[float] = None, units: Optional[Path] = None):
+              metric: str = "auto", keep: bool = False, dropout: Optional[float] = None, units: Optional[Path] = None,
+              device: str = "cpu"):
     """Search and train one ``:tuned`` row (:data:`TUNED_MODELS`) on one split; its metrics, the chosen
     options as ``tuned__<option>`` columns (GBPN's encoder as ``potential``). ``dropout`` fixes the dropout
-    instead of searching it; ``units`` keeps finished rungs (a rerun resumes there). With ``keep``,
+    instead of searching it; ``units`` keeps finished rungs (a rerun resumes there); ``device`` is where it trains. With ``keep``,
     ``(metrics, kept)`` as :func:`~gbpn.experiments.benchmark.run_one`."""
     base = model.removesuffix(SUFFIX)
     if base in ("gbpn", "gbpn-i"):
         config = TrainConfig(variant=base, potential="auto", budget=budget, epochs=epochs, patience=patience,
-                             metric=metric, dropout=dropout)
+                             metric=metric, dropout=dropout, device=device)
         if dropout is not None:
             config.search_space = {**search_space(config), "dropout": [dropout]}
         res = fit(data, config, seed=seed, masks=masks, units=units)
@@ -39,7 +40,7 @@ def run_tuned(model: str, data, masks, seed: int, epochs: int, budget: float, pa
         return (metrics, res) if keep else metrics
     space = None if dropout is None else {**BASELINE_SPACE, "dropout": [dropout]}
     out = fit_tuned(base, data, masks, seed=seed, epochs=epochs, budget=budget, patience=patience, metric=metric,
-                    space=space, units=units, return_probs=keep)
+                    space=space, units=units, return_probs=keep, device=device)
     if keep:
         out[0].pop("search")
         return out
