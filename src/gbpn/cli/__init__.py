@@ -162,11 +162,18 @@ def _main_distributed(args: argparse.Namespace) -> int:
         return 2
     if rank != 0:
         args.quiet = True
+    code = 1
     try:
-        return _run(args)
+        code = _run(args)
+        return code
     finally:
         import torch.distributed as dist
 
+        if code == 0:  # leave together: no rank closes its connections while a peer still sends or receives on them
+            try:
+                dist.barrier()
+            except RuntimeError:  # a peer failed and left; its own message says why
+                pass
         dist.destroy_process_group()
 
 
