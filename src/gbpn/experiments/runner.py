@@ -3,6 +3,7 @@
 A run directory holds ``config.json`` (dataset, split, hyper-parameters,
 library versions), ``metrics.json`` (one entry per finished trial, rewritten
 atomically after each), ``splits/trial_K.npz`` (the boolean masks used) and
+``history.csv`` (every finished trial's per-epoch loss and scores, :mod:`gbpn.experiments.curves`),
 ``model.pt`` (the checkpoint of the trial with the best validation score, by the run's
 selection metric; it remembers
 its data set and data folder, so ``gbpn predict --checkpoint`` needs nothing else), and with
@@ -31,6 +32,7 @@ from gbpn.data.datasets import data_root, load_dataset
 from gbpn.data.splits import trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
+from gbpn.experiments.curves import write_history
 from gbpn.experiments.lock import folder_busy, lock_folder, release
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.progress import Progress
@@ -244,6 +246,7 @@ def run_trials(
             np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
             atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
             row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
+            write_history(out, trial, res.history, [t["trial"] for t in done])  # before metrics.json lists it
             meta = trial_meta(data, res, source, sample, s, split)
             if save_trials:
                 row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)

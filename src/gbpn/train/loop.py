@@ -116,6 +116,7 @@ class Selection:
         progress_step(epoch + 1, self.epochs)  # for the heartbeat line of a long run in a log (gbpn.progress)
         model, why = self.model, None
         self.epoch = epoch + 1
+        start = time.perf_counter()
         try:
             model.train()
             loss = self.train_epoch(epoch)
@@ -146,17 +147,22 @@ class Selection:
             for name in dict.fromkeys(("accuracy", self.metric)):
                 for split, mask in zip(("train", "val", "test"), self.masks):
                     row[f"{split}_{name}"] = score(name, out, self.y, mask)
+        row["seconds"] = time.perf_counter() - start  # this epoch's training and scoring
         self.history.append(row)
         if row[self.key] > self.val or self.best_state is None:
             self.best, self.best_out = dict(row), out
             self.best_state = copy.deepcopy(self.model.state_dict())
+        if logger.isEnabledFor(logging.DEBUG):  # -v: a line per epoch, as PyG's examples print
+            logger.debug(f"{self.desc}: epoch {epoch + 1}/{self.epochs}: loss {loss:.4f}, train "
+                         f"{100 * row[f'train_{self.select}']:.2f}%, val {100 * row[self.key]:.2f}% (best "
+                         f"{100 * self.val:.2f}% at epoch {self.best['epoch'] + 1}), {row['seconds']:.2f} s")
         if self.patience is not None and epoch - self.best["epoch"] >= self.patience:
             self.stopped = True
 
     def result(self) -> Tuple[Dict[str, float], Tensor, List[Dict[str, float]]]:
         """The best epoch's metrics, evaluation output and the history; the model gets the best epoch's
         parameters (train no further after this)."""
-        metrics = {k: v for k, v in self.best.items() if k not in ("epoch", "loss")}
+        metrics = {k: v for k, v in self.best.items() if k not in ("epoch", "loss", "seconds")}
         metrics.update(best_epoch=self.best["epoch"], epochs_run=len(self.history), train_seconds=self.seconds)
         if self.metric != "accuracy":
             metrics["metric"] = self.metric

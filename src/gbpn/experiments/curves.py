@@ -1,0 +1,102 @@
+"""Learning curves of a run: each trial's per-epoch history in ``history.csv``, and their figure.
+
+``history.csv`` in a run folder holds one row per epoch of every finished trial:
+``trial`` (as in ``metrics.json`` and ``splits/trial_K.npz``), ``epoch`` (from 0, as ``best_epoch`` in
+``metrics.json``), ``loss`` (the epoch's training loss), ``train_<score>`` and ``val_<score>`` for accuracy
+and, where the run selects on another metric, for that one, and ``seconds`` (the epoch's training and
+scoring). Test scores are left out: a curve is for choosing settings, which the test split must not see.
+It is rewritten atomically after each trial, before ``metrics.json`` records the trial, and keeps only the
+rows of trials that ``metrics.json`` lists: a run resumed after an interruption has each trial's rows once.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from gbpn.errors import GBPNError
+from gbpn.io import pyplot, read_json, save_figure, write_csv
+
+HISTORY = "history.csv"
+
+
+def history_rows(trial: int, history: Sequence[Dict[str, float]]) -> List[Dict[str, float]]:
+    """One trial's per-epoch history (:attr:`gbpn.train.loop.Selection.history`) as ``history.csv`` rows."""
+    return [{"trial": trial, "epoch": int(h["epoch"]), "loss": h["loss"],
+             **{k: v for k, v in h.items() if k.startswith(("train_", "val_"))},
+             "seconds": h.get("seconds", math.nan)} for h in history]
+
+
+def read_history(path: str | Path) -> List[Dict[str, float]]:
+    """The rows of a ``history.csv`` (numbers as numbers; an empty cell as NaN); none when it is absent."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    try:
+        with open(path, newline="") as fh:
+            return [{k: (int(v) if k in ("trial", "epoch") else float(v) if v != "" else math.nan)
+                     for k, v in row.items()} for row in csv.DictReader(fh)]
+    except (OSError, ValueError, TypeError) as err:
+        raise GBPNError(f"{path} is not a gbpn history file ({err}); delete it (it is written again from the "
+                        "trials that finish next) or choose another run folder") from None
+
+
+def write_history(out: str | Path, trial: int, history: Sequence[Dict[str, float]], finished: Iterable[int]) -> None:
+    """Add ``trial``'s rows to ``out/history.csv``, keeping those of the ``finished`` trials only (a trial
+    interrupted after its rows were written, and so run again, has its rows once)."""
+    path = Path(out) / HISTORY
+    keep = set(finished) - {trial}
+    rows = [r for r in read_history(path) if r["trial"] in keep] + history_rows(trial, history)
+    rows.sort(key=lambda r: (r["trial"], r["epoch"]))
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # a resumed run's trials all have the same ones
+    columns.remove("seconds")
+    columns.append("seconds")
+    write_csv(path, [{k: r.get(k, "") for k in columns} for r in rows])
+
+
+def _metric(trials: Sequence[Dict], rows: Sequence[Dict]) -> str:
+    """The score a run selected its epochs on (``metrics.json``), accuracy where that is not in the history."""
+    chosen = next((t.get("selected_on", t.get("metric", "accuracy")) for t in trials), "accuracy")
+    return chosen if rows and f"val_{chosen}" in rows[0] else "accuracy"
+
+
+def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
+    """Draw a run folder's learning curves: the training loss and the validation score (the run's selection
+    metric) of every trial against the epoch, each trial's kept (best) epoch marked; written as
+    ``<output>.png`` and ``.svg`` (default ``<run>/curves``). Returns the stem written."""
+    run = Path(run)
+    if not run.is_dir():
+        raise GBPNError(f"{run} is not a folder; give the run folder gbpn train wrote (it holds {HISTORY})")
+    rows = read_history(run / HISTORY)
+    if not rows:
+        raise GBPNError(f"{run} holds no {HISTORY}: no trial of it has finished, or it was trained by a gbpn "
+                        "from before learning curves were recorded (train it again into a new --output)")
+    record = read_json(run / "metrics.json") if (run / "metrics.json").is_file() else {}
+    trials = {t["trial"]: t for t in record.get("trials", []) if isinstance(t, dict) and "trial" in t}
+    metric = _metric(list(trials.values()), rows)
+    plt = pyplot()
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(10, 4))
+    for k, trial in enumerate(sorted({r["trial"] for r in rows})):
+        mine = [r for r in rows if r["trial"] == trial]
+        epochs = [r["epoch"] for r in mine]
+        colour = f"C{k % 10}"
+        ax_loss.plot(epochs, [r["loss"] for r in mine], color=colour, lw=1, label=f"trial {trial}")
+        val = [100 * r[f"val_{metric}"] for r in mine]
+        ax_val.plot(epochs, val, color=colour, lw=1, label=f"trial {trial}")
+        best = trials.get(trial, {}).get("best_epoch")
+        at = next((i for i, e in enumerate(epochs) if e == best), None)
+        if at is None:  # no metrics.json row: the highest validation score, the earliest of ties
+            at = max(range(len(val)), key=lambda i: (val[i] if val[i] == val[i] else -math.inf, -i))
+        ax_val.plot([epochs[at]], [val[at]], "o", color=colour, ms=6)
+        ax_loss.axvline(epochs[at], color=colour, lw=0.6, ls=":")
+    ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss")
+    ax_val.set(xlabel="epoch", ylabel=f"validation {metric.replace('_', ' ')} (%)",
+               title=f"validation {metric.replace('_', ' ')} (dot: the epoch kept)")
+    ax_val.legend(fontsize="small", loc="lower right")
+    fig.suptitle(str(read_json(run / "config.json").get("dataset", run.name)) if (run / "config.json").is_file()
+                 else run.name)
+    fig.tight_layout()
+    stem = Path(output) if output is not None else run / "curves"
+    save_figure(fig, stem)
+    return stem
