@@ -81,9 +81,50 @@ def test_class_names_a_spreadsheet_would_run_are_written_quoted(tmp_path):
 
     from gbpn.io import write_predictions
 
-    names = ["=cmd|' /C calc'!A0", "+1", "-x", "@sum", "plain"]
-    probs = np.eye(5)
-    write_predictions(tmp_path / "p.csv", probs, names, np.zeros(5, bool))
+    # "-1" is a number to a spreadsheet, not a formula: binary labels written as -1/+1 stay readable
+    names = ["=cmd|' /C calc'!A0", "+1+1", "-x", "@sum", "plain", "-1"]
+    probs = np.eye(6)
+    write_predictions(tmp_path / "p.csv", probs, names, np.zeros(6, bool))
     with open(tmp_path / "p.csv") as fh:
         rows = list(csv.reader(fh))
-    assert [r[1] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1", "'-x", "'@sum", "plain"]
+    assert [r[1] for r in rows[1:]] == ["'=cmd|' /C calc'!A0", "'+1+1", "'-x", "'@sum", "plain", "-1"]
+
+
+def test_csv_cell_neutralises_formulas_and_keeps_numbers():
+    from gbpn.io import csv_cell
+
+    for cell in ("=1+1", "+cmd", "-x", "@SUM(A1)", "\tx", "\rx", "-1+1", '=HYPERLINK("http://x","a")'):
+        assert csv_cell(cell) == "'" + cell
+    for cell in ("-0.5", "+1e-05", "-inf", "12", "plain", "", -3, 2.5, None):
+        assert csv_cell(cell) == cell
+
+
+FORMULAS = ['=HYPERLINK("http://x","a")', "@SUM(A1)"]
+
+
+def test_coupling_and_triangle_csv_neutralise_formula_class_names(tmp_path):
+    """OWASP CSV injection: class names land in coupling.csv's header and first column, triangle.csv's rows."""
+    import csv
+
+    import numpy as np
+
+    from gbpn.experiments.coupling import save_coupling_csv, save_triangle_csv
+
+    save_coupling_csv(tmp_path / "c.csv", np.array([[2.0, 0.5], [0.5, 2.0]]), FORMULAS)
+    rows = list(csv.reader(open(tmp_path / "c.csv")))
+    quoted = ["'" + n for n in FORMULAS]
+    assert rows[0] == ["class", *quoted] and [r[0] for r in rows[1:]] == quoted and rows[1][1:] == ["2", "0.5"]
+    save_triangle_csv(tmp_path / "t.csv", np.ones((2, 2, 2)), FORMULAS)
+    rows = list(csv.reader(open(tmp_path / "t.csv")))
+    assert {c for r in rows[1:] for c in r[:3]} == set(quoted) and {r[3] for r in rows[1:]} == {"1"}
+
+
+def test_only_gbpn_io_writes_csv_so_no_file_forgets_the_formula_guard():
+    import re
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "src" / "gbpn"
+    writers = re.compile(r"csv\.writer\(|DictWriter\(|\.to_csv\(|\.write\(\",\"\.join")
+    offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
+                 if p.name != "io.py" and writers.search(p.read_text())]
+    assert offenders == [], "write CSV through gbpn.io.write_table / write_csv"

@@ -1,15 +1,17 @@
 """Files a run writes, all atomically: JSON and CSV records, predictions, figures, torch payloads; and the library versions a record carries."""
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
 import os
 import platform
+import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -86,35 +88,53 @@ def write_json(path: str | Path, obj: Any) -> None:
     atomic_write(path, lambda fh: fh.write(text))
 
 
-def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]]) -> None:
-    """Rows of dicts as CSV (columns from the first row), written atomically."""
-    import csv
-
-    buf = io.StringIO()
-    if rows:
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
-
-
-# Cells a spreadsheet reads as a formula when they start with one of these; such class names are
-# written behind a quote mark, as the OWASP advice on CSV injection says.
+# Cells a spreadsheet reads as a formula when they start with one of these (OWASP: CSV injection).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Text that is a plain number ("-0.5", "+1e-05", "-inf") stays as it is: a spreadsheet reads it as a number.
+_NUMBER = re.compile(r"[+-]?((\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet shows and never runs: text starting with ``= + - @``, a tab or a
+    carriage return (a formula to Excel, LibreOffice and Sheets) gets a leading quote mark, as the OWASP
+    advice on CSV injection says; numbers, and text that is a plain number, are unchanged."""
+    if isinstance(value, str) and value[:1] in _FORMULA_START and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def csv_text(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """A header and rows as CSV text, every cell through :func:`csv_cell` and quoted where it holds a comma,
+    a quote or a line break. Every CSV the package writes for people goes through here."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([csv_cell(h) for h in header])
+    w.writerows([csv_cell(v) for v in row] for row in rows)
+    return buf.getvalue()
+
+
+def write_table(path: str | Path, header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> None:
+    """A header and rows as CSV (see :func:`csv_text`), written atomically."""
+    text = csv_text(header, rows)
+    atomic_write(path, lambda fh: fh.write(text))
+
+
+def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None) -> None:
+    """Rows of dicts as CSV (see :func:`csv_text`), written atomically: the ``columns`` given (default: the
+    first row's keys); a row's other keys are left out and its missing ones left empty."""
+    columns = list(columns if columns is not None else rows[0] if rows else [])
+    if not columns:  # nothing to write: an empty file, not a blank header line
+        atomic_write(path, lambda fh: fh.write(""))
+        return
+    write_table(path, columns, ([r.get(k, "") for k in columns] for r in rows))
 
 
 def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray,
                       nodes: Optional[np.ndarray] = None) -> None:
     """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically);
     ``node`` is the row number, or ``nodes[row]`` when given (a part of a partitioned graph)."""
-    import csv
-
-    def quoted(name: str) -> str:  # CSV-quote a class name once, not once per row
-        if name[:1] in _FORMULA_START:  # a spreadsheet would run it as a formula (OWASP: CSV injection)
-            name = "'" + name
-        line = io.StringIO()
-        csv.writer(line, lineterminator="").writerow([name])
-        return line.getvalue()
+    def quoted(name: str) -> str:  # one class name as a CSV cell (see csv_cell), once, not once per row
+        return csv_text([name], []).rstrip("\n")
 
     pred = probs.argmax(1)
     header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in class_names])

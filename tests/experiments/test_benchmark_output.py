@@ -169,3 +169,20 @@ def test_compose_auto_picks_on_validation_only():
     assert out["sign__test_accuracy"] == 0.9 and out["mlp__val_accuracy"] == 0.8
     assert "seconds" not in benchmark.compose_auto(members, [rows[0], {"val_accuracy": 0.9, "test_accuracy": 0.2}],
                                                    "accuracy")
+
+
+def test_results_csv_neutralises_a_data_set_folder_named_like_a_formula(tmp_path):
+    """OWASP CSV injection: a bring-your-own folder named ``=1+1`` is a cell of results.csv."""
+    import csv
+
+    rng = np.random.default_rng(0)
+    g = tmp_path / "=1+1"
+    g.mkdir()
+    y = np.arange(40) * 2 // 40
+    np.savetxt(g / "edges.csv", np.stack([np.arange(40), (np.arange(40) + 1) % 40], 1), fmt="%d", delimiter=",")
+    np.savetxt(g / "features.csv", y[:, None] + rng.normal(0, 1.0, (40, 2)), delimiter=",")
+    np.savetxt(g / "labels.csv", y, fmt="%d")
+    benchmark.run_grid(["mlp"], [str(g)], trials=1, output=tmp_path / "out", epochs=2, progress=False,
+                       log=lambda m: None)
+    rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
+    assert [r["dataset"] for r in rows] == ["'=1+1"] and float(rows[0]["test_accuracy"]) >= 0

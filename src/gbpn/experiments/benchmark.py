@@ -15,8 +15,6 @@ early holds the same trials for every model of a dataset.
 """
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import shutil
 import time
@@ -33,7 +31,7 @@ from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
-from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
+from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_csv, write_json, write_predictions
 from gbpn.progress import Progress
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
@@ -462,11 +460,7 @@ def run_grid(
                 "test_roc_auc", "val_roc_auc", "test_macro_f1", "val_macro_f1", "metric", "potential", "seconds"]
         # and the auto runs' per-candidate scores, so the encoder table can be rebuilt from the CSV alone
         keys += sorted({k for r in rows for k in r if "__" in k and not isinstance(r[k], list)})
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-        atomic_write(out / "results.csv", lambda fh: fh.write(buf.getvalue()))
+        write_csv(out / "results.csv", rows, keys)  # data-set folder names may read as formulas
     table = _table(rows, models, datasets, trials)
     if any(r["model"] == "gbpn:auto" for r in rows):
         atomic_write(out / "potentials.md", lambda fh: fh.write(

@@ -8,7 +8,6 @@ stays correct (``-1`` if it is wrong at step T).
 """
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
@@ -18,7 +17,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from gbpn.io import atomic_write, pyplot, save_figure
+from gbpn.io import pyplot, save_figure, write_table
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict
 from gbpn.data.features import prepare_features
@@ -97,16 +96,12 @@ def save_convergence(result: Dict[str, np.ndarray], layout: Optional[np.ndarray]
 
     out = Path(out_dir)
     cols = ["step", "residual_mean", "residual_max", "step_change_max", "train_accuracy", "val_accuracy", "test_accuracy"]
-    buf = io.StringIO()
-    buf.write(",".join(cols) + "\n")
-    for t in range(len(result["step"])):
-        buf.write(",".join(f"{result[c][t]:.6g}" for c in cols) + "\n")
-    atomic_write(out / "convergence.csv", lambda fh: fh.write(buf.getvalue()))
-    buf2 = io.StringIO()
-    buf2.write("node,settle_step" + (",x,y" if layout is not None else "") + "\n")
-    for i, s in enumerate(result["settle_step"]):
-        buf2.write(f"{i},{s}" + (f",{layout[i, 0]:.5g},{layout[i, 1]:.5g}" if layout is not None else "") + "\n")
-    atomic_write(out / "settle_steps.csv", lambda fh: fh.write(buf2.getvalue()))
+    write_table(out / "convergence.csv", cols,
+                ([f"{result[c][t]:.6g}" for c in cols] for t in range(len(result["step"]))))
+    xy = layout is not None
+    write_table(out / "settle_steps.csv", ["node", "settle_step"] + (["x", "y"] if xy else []),
+                ([i, s] + ([f"{layout[i, 0]:.5g}", f"{layout[i, 1]:.5g}"] if xy else [])
+                 for i, s in enumerate(result["settle_step"])))
 
     ncol = 2 if layout is not None else 1
     fig, axes = plt.subplots(1, ncol, figsize=(6.5 * ncol, 4.6), squeeze=False)

@@ -8,14 +8,12 @@ scale), with the Pearson correlation of their entries beside it.
 """
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from gbpn.io import atomic_write, pyplot
+from gbpn.io import atomic_write, pyplot, write_table
 
 
 def _names(class_names: Optional[Sequence[str]], c: int) -> list:
@@ -51,11 +49,8 @@ def compare_couplings(learned: np.ndarray, true: np.ndarray) -> Dict[str, float]
 def save_coupling_csv(path: str | Path, H: np.ndarray, class_names: Optional[Sequence[str]] = None) -> None:
     c = H.shape[0]
     names = _names(class_names, c)
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")  # class names may hold commas or quotes
-    w.writerow(["class", *names])
-    w.writerows([n, *(f"{v:.6g}" for v in row)] for n, row in zip(names, H))
-    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    # class names may hold commas, quotes or a formula: write_table quotes and neutralises them
+    write_table(path, ["class", *names], ([n, *(f"{v:.6g}" for v in row)] for n, row in zip(names, H)))
 
 
 def plot_couplings(
@@ -131,11 +126,9 @@ def identifiability(kinds: Sequence[str], output: str | Path, epochs: int = 500,
             bar.done()
             log(f"{kind}: relative error {cmp['relative_error']:.3f}, correlation {cmp['correlation']:.3f}, "
                 f"test accuracy {100 * res.metrics['test_accuracy']:.1f}%")
-    buf = io.StringIO()
-    buf.write("kind,relative_error,correlation,max_abs_log_diff,test_accuracy\n")
-    for k, r in results.items():
-        buf.write(f"{k},{r['relative_error']:.6g},{r['correlation']:.6g},{r['max_abs_log_diff']:.6g},{r['test_accuracy']:.6g}\n")
-    atomic_write(out / "identifiability.csv", lambda fh: fh.write(buf.getvalue()))
+    cols = ["relative_error", "correlation", "max_abs_log_diff", "test_accuracy"]
+    write_table(out / "identifiability.csv", ["kind", *cols],
+                ([k, *(f"{r[c]:.6g}" for c in cols)] for k, r in results.items()))
     shutil.rmtree(out / "units", ignore_errors=True)
     return results
 
@@ -151,12 +144,9 @@ def save_triangle_csv(path: str | Path, T: np.ndarray, class_names: Optional[Seq
     c = T.shape[0]
     names = _names(class_names, c)
     scaled = np.exp(centred_log(T))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["class_a", "class_b", "class_k", "T"])
-    w.writerows([names[a], names[b], names[k], f"{scaled[a, b, k]:.6g}"]
-                for a in range(c) for b in range(c) for k in range(c))
-    atomic_write(path, lambda fh: fh.write(buf.getvalue()))
+    write_table(path, ["class_a", "class_b", "class_k", "T"],
+                ([names[a], names[b], names[k], f"{scaled[a, b, k]:.6g}"]
+                 for a in range(c) for b in range(c) for k in range(c)))
 
 
 def plot_triangle(T: np.ndarray, path: str | Path, class_names: Optional[Sequence[str]] = None,

@@ -8,7 +8,6 @@ and log-likelihood per bin.
 """
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -18,7 +17,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from gbpn.graph.degree import degree
-from gbpn.io import atomic_write, pyplot, save_figure
+from gbpn.io import pyplot, save_figure, write_table
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict
 
@@ -57,11 +56,7 @@ def save_degree(result: Dict[str, np.ndarray], out_dir: str | Path, title: str =
 
     out = Path(out_dir)
     cols = ["degree_low", "degree_high", "count", "confidence", "accuracy", "log_likelihood"]
-    buf = io.StringIO()
-    buf.write(",".join(cols) + "\n")
-    for i in range(len(result["count"])):
-        buf.write(",".join(f"{result[c][i]:.6g}" for c in cols) + "\n")
-    atomic_write(out / "degree.csv", lambda fh: fh.write(buf.getvalue()))
+    write_table(out / "degree.csv", cols, ([f"{result[c][i]:.6g}" for c in cols] for i in range(len(result["count"]))))
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     deg = np.maximum(result["node_degree"], 0.8)
     ok = result["node_correct"].astype(bool)
