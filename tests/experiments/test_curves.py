@@ -78,3 +78,26 @@ def test_verbose_prints_a_line_per_epoch(tmp_path, capsys):
     assert all("val " in line and "best " in line for line in lines)
     assert main(["train", "--dataset", str(g), "--epochs", "3", "--hidden", "8", "--output", str(tmp_path / "b")]) == 0
     assert ": epoch 1/3" not in capsys.readouterr().err  # without -v: no line per epoch
+
+
+def test_plot_draws_a_finished_runs_curves(run, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, _, out = run
+    assert main(["plot", str(out), "--output", str(tmp_path / "c.png")]) == 0
+    assert "saved to" in capsys.readouterr().out
+    png, svg = tmp_path / "c.png", tmp_path / "c.svg"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    text = svg.read_text()
+    assert "<svg" in text and "trial 0" in text and "trial 1" in text and "validation accuracy" in text
+    assert main(["plot", str(out), "-q"]) == 0 and (out / "curves.png").is_file() and (out / "curves.svg").is_file()
+
+
+def test_plot_says_what_is_missing(run, tmp_path, capsys, monkeypatch):
+    _, _, out = run
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "holds no history.csv" in capsys.readouterr().err
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # as if it were not installed
+    assert main(["plot", str(out), "--output", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs matplotlib" in err and "pip install" in err
+    assert not (tmp_path / "c.png").exists()

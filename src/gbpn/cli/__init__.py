@@ -1,7 +1,7 @@
 """The ``gbpn`` command line: a thin layer over :mod:`gbpn.api` and the experiments.
 
 One module per command (``train``, ``predict``, ``benchmark``, ``sample-mrf``, ``analyze``, ``explain``,
-``coupling``), each with ``add_parser(sub, common)`` and ``run(args)``; :mod:`gbpn.cli.options` generates
+``coupling``, ``plot``), each with ``add_parser(sub, common)`` and ``run(args)``; :mod:`gbpn.cli.options` generates
 the flags of config options from their dataclass fields. This module builds the parser, runs a command
 with its logging, threads and error handling, and joins the process group under ``torchrun``.
 
@@ -19,7 +19,7 @@ import warnings
 from typing import List, Optional
 
 import gbpn
-from gbpn.cli import analyze, benchmark, coupling, explain, predict, sample_mrf, train
+from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sample_mrf, train
 from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
 from gbpn.errors import GBPNError
@@ -30,7 +30,7 @@ logger = logging.getLogger("gbpn")
 
 # command -> its module, in the order of `gbpn --help`
 COMMANDS = {"train": train, "predict": predict, "benchmark": benchmark, "sample-mrf": sample_mrf, "analyze": analyze,
-            "explain": explain, "coupling": coupling}
+            "explain": explain, "coupling": coupling, "plot": plot}
 DISTRIBUTED_COMMANDS = ("train", "predict")
 # a count beyond this is a typo, not a request (and overflows the int32 of numba's and NumPy's indices)
 MAX_COUNT = 2**31 - 1
