@@ -1,5 +1,6 @@
 """Every user mistake ends in a one-line error and exit code 2 with nothing written, never in a
 silent wrong result or an "internal error" (issue 12, items 3-6 and 9)."""
+import json
 import logging
 
 import numpy as np
@@ -362,6 +363,35 @@ def test_training_that_diverges_says_so(graph, tmp_path, capsys, caplog):
     assert _train(["--dataset", str(graph), "--coupling-lr", "1000", "--epochs", "6"], tmp_path / "b") == 2
     assert "training diverged at epoch 1 (log H spans" in capsys.readouterr().err
     assert not (tmp_path / "b" / "config.json").exists()  # no trial finished: no record of a run is left
+
+
+def test_a_loss_that_explodes_without_reaching_inf_is_divergence(caplog):
+    """A loss of 1e31 is finite but the model is garbage: judged on the loss's growth, not only inf/NaN."""
+    from gbpn.train.loop import LOSS_GROWTH, train_with_selection
+
+    model = torch.nn.Linear(2, 2)
+    x, y = torch.randn(10, 2), torch.arange(10) % 2
+    masks = (torch.arange(10) < 4, (torch.arange(10) >= 4) & (torch.arange(10) < 7), torch.arange(10) >= 7)
+
+    def run(losses):
+        return train_with_selection(model, lambda e: losses[e], lambda e: model(x).log_softmax(-1), y, masks,
+                                    epochs=len(losses), desc="t")
+
+    metrics, _, history = run([0.7, 0.5, 1.1e31, 0.4])
+    assert metrics["diverged_at"] == 3 and len(history) == 2 and metrics["best_epoch"] in (0, 1)
+    assert any("diverged at epoch 3 (the loss grew from 0.7 to 1.1e+31)" in r.message for r in caplog.records)
+    # a loss that grows, but within the bound, is a training's own business
+    metrics, _, history = run([0.7, 0.9 * LOSS_GROWTH, 0.4])
+    assert "diverged_at" not in metrics and len(history) == 3
+
+
+def test_training_at_a_huge_learning_rate_says_which_epoch_it_kept(graph, tmp_path, capsys):
+    assert main(["train", "--dataset", str(graph), "--epochs", "5", "--hidden", "8", "--lr", "1e5", "--output",
+                 str(tmp_path / "a")]) == 0
+    trial = json.loads((tmp_path / "a" / "metrics.json").read_text())["trials"][0]
+    assert trial["diverged_at"] == trial["best_epoch"] + 2 and trial["last_loss"] < 1e3
+    assert f"kept epoch {trial['best_epoch'] + 1}, the best before training diverged at epoch " \
+           f"{trial['diverged_at']}" in capsys.readouterr().err
 
 
 def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):

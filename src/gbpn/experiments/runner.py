@@ -114,8 +114,18 @@ def save_trial_outputs(out: Path, stem: str, data, res, meta: Dict) -> Tuple[str
     known = res.masks[0] if res.config.variant == "gbpn" else None
     probs = predict(res.model, data, known).exp().numpy()
     write_predictions(out / "predictions" / f"{stem}.csv", probs, meta["class_names"],
-                      np.zeros(len(probs), dtype=bool) if known is None else known.numpy())
+                      np.zeros(len(probs), dtype=bool) if known is None else known.numpy(), labels=data.y.numpy(),
+                      split=node_splits(data.y, res.masks))
     return f"checkpoints/{stem}.pt", f"predictions/{stem}.csv"
+
+
+def _kept_note(row: Dict) -> str:
+    """Which epoch's model a trial kept (1-based, as the epochs are counted in every message) and why."""
+    if "diverged_at" in row:
+        return (f"kept epoch {row['best_epoch'] + 1}, the best before training diverged at epoch "
+                f"{row['diverged_at']}")
+    of = f" of {row['epochs_run']}" if "epochs_run" in row else ""
+    return f"best epoch {row['best_epoch'] + 1}{of}"
 
 
 def _implicit_note(row: Dict) -> str:
@@ -260,7 +270,7 @@ def run_trials(
             extra = f", ROC AUC {100 * row['test_roc_auc']:.2f}%" if "test_roc_auc" in row else ""
             timing = bar.done(say=False)
             log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
-                f"(val {100 * row['val_accuracy']:.2f}%, best epoch {row['best_epoch']}, potential {row['potential']})"
+                f"(val {100 * row['val_accuracy']:.2f}%, {_kept_note(row)}, potential {row['potential']})"
                 + _implicit_note(row) + (f"; {timing}" if progress else ""))
         result = {"trials": done, "summary": _summary(done)}
         if rank == 0:

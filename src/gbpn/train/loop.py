@@ -26,6 +26,10 @@ from gbpn.train.metrics import score
 
 logger = logging.getLogger("gbpn")
 
+# A loss this many times the first epoch's (or 1, if that was below 1) is divergence: a mean cross-entropy
+# in the thousands means logits hundreds apart on the wrong class, which no learning rate worth keeping gives.
+LOSS_GROWTH = 1e3
+
 
 def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:
     opt.zero_grad(set_to_none=True)
@@ -122,6 +126,9 @@ class Selection:
             loss = self.train_epoch(epoch)
             if not math.isfinite(loss):
                 why = diverged(model) or f"the loss is {loss}"
+            elif self.history and loss > LOSS_GROWTH * max(self.history[0]["loss"], 1.0):
+                # finite but exploded (1e31 at lr 1e5): its weights are garbage long before they reach inf
+                why = diverged(model) or f"the loss grew from {self.history[0]['loss']:.3g} to {loss:.3g}"
             else:
                 model.eval()
                 with torch.no_grad():
