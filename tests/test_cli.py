@@ -200,7 +200,7 @@ def test_predict_and_explain_need_only_the_checkpoint(trained, tmp_path, monkeyp
     assert code == 0 and (trained / "predictions.csv").is_file() and not list(tmp_path.iterdir())
     code, out, _ = run(["explain", "--checkpoint", str(ckpt), "--node", "5", "--json", str(tmp_path / "e.json")],
                        capsys)
-    assert code == 0 and out.startswith("node 5:")
+    assert code == 0 and out.startswith("node 5 (")
 
 
 def test_predict_on_another_graph_says_what_it_clamps(trained, tmp_path, capsys):

@@ -152,10 +152,19 @@ class Loaded:
     masks: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     mask: Optional[torch.Tensor]
     known: str
+    own_graph: bool = True  # the graph and label sample the checkpoint was trained on
 
     @property
     def class_names(self):
         return self.meta.get("class_names") or [str(k) for k in range(self.model.num_classes)]
+
+    def node_splits(self) -> np.ndarray:
+        """Each node's part of the checkpoint's split (``train``, ``val``, ``test``, ``unlabelled``;
+        :func:`gbpn.data.splits.node_splits`), all empty on another graph than the checkpoint's, which has no
+        split of its own."""
+        from gbpn.data.splits import node_splits
+
+        return node_splits(self.data.y, self.masks if self.own_graph else None)
 
 
 def load(checkpoint: str, dataset: Optional[str] = None, data_dir: Optional[str] = None,
@@ -229,7 +238,7 @@ def load(checkpoint: str, dataset: Optional[str] = None, data_dir: Optional[str]
         if masks is not None and bool((mask & masks[2]).any()):
             logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
                            f"{whose}: scoring this output on them measures nothing (--known train clamps the training split only)")
-    return Loaded(model, meta, data, masks, mask, known)
+    return Loaded(model, meta, data, masks, mask, known, own_graph)
 
 
 def _split_of(data, meta: dict, own: bool, needed: bool):
@@ -284,4 +293,7 @@ def explain(run: Loaded, node: int) -> Dict:
     (:func:`gbpn.experiments.explain.explain_node`)."""
     from gbpn.experiments.explain import explain_node
 
-    return explain_node(run.model, run.data, node, run.mask, run.meta.get("class_names"))
+    ex = explain_node(run.model, run.data, node, run.mask, run.meta.get("class_names"))
+    label = int(run.data.y[node])
+    ex.update(split=str(run.node_splits()[node]) or None, label=ex["class_names"][label] if label >= 0 else None)
+    return ex

@@ -130,17 +130,23 @@ def write_csv(path: str | Path, rows: Sequence[Dict[str, Any]], columns: Optiona
 
 
 def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence[str], known: np.ndarray,
-                      nodes: Optional[np.ndarray] = None) -> None:
-    """Per-node class probabilities as CSV: ``node,prediction,known,p_<class>...`` (atomically);
-    ``node`` is the row number, or ``nodes[row]`` when given (a part of a partitioned graph)."""
+                      nodes: Optional[np.ndarray] = None, labels: Optional[np.ndarray] = None,
+                      split: Optional[np.ndarray] = None) -> None:
+    """Per-node class probabilities as CSV: ``node,prediction,label,split,known,p_<class>...`` (atomically);
+    ``node`` is the row number, or ``nodes[row]`` when given (a part of a partitioned graph); ``label`` the
+    true class (``labels``, -1 or none given: empty), ``split`` each row's ``train/val/test/unlabelled``
+    (:func:`gbpn.data.splits.node_splits`; none given: empty)."""
     def quoted(name: str) -> str:  # one class name as a CSV cell (see csv_cell), once, not once per row
         return csv_text([name], []).rstrip("\n")
 
     pred = probs.argmax(1)
-    header = ",".join(["node", "prediction", "known"] + [quoted(f"p_{n}") for n in class_names])
+    header = ",".join(["node", "prediction", "label", "split", "known"] + [quoted(f"p_{n}") for n in class_names])
     # whole columns at once: a Python loop per row is minutes at millions of nodes
     ids = np.arange(len(pred)) if nodes is None else np.asarray(nodes)
-    cols = np.column_stack([ids.astype(str), np.asarray([quoted(n) for n in class_names])[pred],
+    names = np.asarray([quoted(n) for n in class_names] + [""])  # label -1: the empty cell at the end
+    labels = np.full(len(pred), -1) if labels is None else np.asarray(labels)
+    split = np.full(len(pred), "") if split is None else np.asarray(split, dtype=str)  # plain words: no quoting
+    cols = np.column_stack([ids.astype(str), names[pred], names[np.where(labels < 0, -1, labels)], split,
                             known.astype(int).astype(str), np.char.mod("%.6g", probs)])
     buf = io.StringIO()
     np.savetxt(buf, cols, fmt="%s", delimiter=",", header=header, comments="")

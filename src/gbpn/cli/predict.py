@@ -82,12 +82,13 @@ def write_probabilities(output: str, probs: np.ndarray, run: api.Loaded, nodes: 
 
     from gbpn.io import write_predictions
 
-    mask = run.mask
-    if mask is not None and nodes is not None:
-        mask = mask.index_select(0, nodes)
+    mask, labels, split = run.mask, run.data.y, run.node_splits()
+    if nodes is not None:
+        mask = mask.index_select(0, nodes) if mask is not None else None
+        labels, split = labels.index_select(0, nodes), split[nodes.numpy()]
     write_predictions(output, probs, run.class_names,
                       mask.numpy() if mask is not None else np.zeros(len(probs), dtype=bool),
-                      nodes=None if nodes is None else nodes.numpy())
+                      nodes=None if nodes is None else nodes.numpy(), labels=labels.numpy(), split=split)
     print(f"wrote class probabilities of {len(probs)} nodes to {output} (evidence: {run.known})")
 
 

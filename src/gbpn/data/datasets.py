@@ -35,6 +35,7 @@ from gbpn.data.names import (  # noqa: F401  (the names, where callers have alwa
     COAUTHOR,
     OGB,
     PLANETOID,
+    PLANETOID_CLASSES,
     REFERENCE_GRIDS,
     SYNTHETIC_KINDS,
     TRIANGLE_MRF,
@@ -194,7 +195,10 @@ def _planetoid(key: str, root: Path) -> Data:
 
     name = PLANETOID[key]
     files = [f"ind.{key}.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")]
-    return _pyg(lambda r: Planetoid(r, name), root, f"planetoid/{name}", key, files)
+    data = _pyg(lambda r: Planetoid(r, name), root, f"planetoid/{name}", key, files)
+    if key in PLANETOID_CLASSES and int(data.num_classes) == len(PLANETOID_CLASSES[key]):
+        data.class_names = list(PLANETOID_CLASSES[key])
+    return data
 
 
 def _coauthor(key: str, root: Path) -> Data:

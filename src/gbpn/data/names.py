@@ -14,6 +14,15 @@ from gbpn.errors import GBPNError
 # the synthetic grids of the paper's appendix (gbpn.data.mrf samples them)
 SYNTHETIC_KINDS = ("ising+", "ising-", "mrf+", "mrf-")
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+# Class names in the order of the Planetoid files' label columns (PyG's y), checked by each class's size against
+# the original data sets (LINQS): Cora 351 Theory, 217 Reinforcement_Learning, 418 Genetic_Algorithms,
+# 818 Neural_Networks, 426 Probabilistic_Methods, 298 Case_Based, 180 Rule_Learning; CiteSeer 249 AI (264 here:
+# the 15 nodes missing from the Planetoid files get class 0), 590 ML, 668 IR, 701 DB, 596 Agents, 508 HCI.
+PLANETOID_CLASSES = {
+    "cora": ["Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Neural_Networks", "Probabilistic_Methods",
+             "Case_Based", "Rule_Learning"],
+    "citeseer": ["AI", "ML", "IR", "DB", "Agents", "HCI"],
+}
 COAUTHOR = {"cs": "CS", "physics": "Physics"}
 WIKIPEDIA = ("chameleon", "squirrel")
 # Platonov et al. (2023) npz files; the filtered ones drop duplicate nodes that leak across splits.

@@ -1,8 +1,9 @@
 """Random train/validation/test splits as boolean masks."""
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -89,3 +90,19 @@ def split_from_record(data, record: Dict) -> Tuple[Tensor, Tensor, Tensor]:
         k = int(record["index"])
         return public[0, k], public[1, k], public[2, k]
     return random_split(data.y, record["train"], record["val"], record["seed"])
+
+
+SPLIT_NAMES = ("train", "val", "test")
+
+
+def node_splits(y: Tensor, masks: Optional[Sequence[Tensor]]) -> np.ndarray:
+    """Each node's part of a split as text, for a file a person reads: ``train``, ``val`` or ``test`` by
+    ``masks``, ``unlabelled`` where ``y < 0``, ``unused`` for a labelled node in none of them (a public
+    split that leaves some out); ``""`` for every node when ``masks`` is ``None`` (no split known)."""
+    out = np.full(y.numel(), "" if masks is None else "unused", dtype=object)
+    if masks is None:
+        return out
+    out[(y < 0).cpu().numpy()] = "unlabelled"
+    for name, m in zip(SPLIT_NAMES, masks):
+        out[m.cpu().numpy()] = name
+    return out

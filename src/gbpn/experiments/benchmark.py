@@ -25,7 +25,7 @@ import numpy as np
 
 from gbpn.train.config import TrainConfig, resolve_device
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
-from gbpn.data.splits import trial_split
+from gbpn.data.splits import node_splits, split_from_record, trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
@@ -488,7 +488,8 @@ def _save_outputs(out: Path, stem: str, data, kept, seed: int, split: Dict, sour
         save_trial_outputs(out, stem, data, kept, trial_meta(data, kept, source, 0, seed, split))
     elif kept is not None:
         write_predictions(out / "predictions" / f"{stem}.csv", kept.numpy(), list(data.class_names),
-                          np.zeros(data.num_nodes, dtype=bool))
+                          np.zeros(data.num_nodes, dtype=bool), labels=data.y.numpy(),
+                          split=node_splits(data.y, split_from_record(data, split)))
 
 
 def _copy_outputs(out: Path, source_stem: str, stem: str) -> None:

@@ -91,8 +91,12 @@ def format_explanation(ex: Dict, top: int = 10) -> str:
     own = {"mlp": "own features",
            "linkx": "linkx encoder on own features and which nodes it links to"}.get(
         potential, f"{potential} encoder on the neighbourhood's features")
+    split, label = ex.get("split"), ex.get("label")  # what gbpn.api.explain adds: the checkpoint's split, y
+    what = ", ".join(([f"{split} split"] if split and split != "unlabelled" else [])
+                     + ([f"true label {label}"] if label is not None else ["unlabelled"] if split else []))
     lines = [
-        f"node {ex['node']}: predicted {ex['prediction']} (runner-up {ex['runner_up']})"
+        f"node {ex['node']}" + (f" ({what})" if what else "") + f": predicted {ex['prediction']} "
+        f"(runner-up {ex['runner_up']})"
         + ("  [label known: clamped evidence]" if ex["known"] else ""),
         f"  {own} (self-potential): {fmt(ex['self_potential'])}",
         f"  final belief after BP:         {fmt(ex['belief'])}",
