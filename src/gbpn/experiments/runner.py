@@ -29,7 +29,7 @@ import numpy as np
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
 from gbpn.data.byo import find_byo_file
 from gbpn.data.datasets import data_root, load_dataset
-from gbpn.data.splits import trial_split
+from gbpn.data.splits import node_splits, trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.experiments.curves import write_history
