@@ -394,6 +394,35 @@ def test_training_at_a_huge_learning_rate_says_which_epoch_it_kept(graph, tmp_pa
            f"{trial['diverged_at']}" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a process and three short trainings
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_same_command_resumes_it(graph, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    args = ["train", "--dataset", str(graph), "--epochs", "400", "--hidden", "8", "--trials", "3", "--output", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "gbpn", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    metrics, deadline = out / "metrics.json", time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if metrics.is_file() and json.loads(metrics.read_text())["trials"]:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # what kill, systemd, Slurm and Kubernetes send
+    _, err = proc.communicate(timeout=120)
+    first = json.loads(metrics.read_text())["trials"]
+    if len(first) == 3:
+        pytest.skip("every trial finished before the signal arrived")
+    assert proc.returncode == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == "gbpn train: terminated (SIGTERM); rerun the same command to resume"
+    assert "Traceback" not in err and not (out / ".gbpn.lock.holder").exists()  # the lock released
+    assert main([*args, "-q"]) == 0
+    done = json.loads(metrics.read_text())["trials"]
+    assert [t["trial"] for t in done] == [0, 1, 2] and done[0] == first[0]  # finished trials kept, not retrained
+
+
 def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):
     import gbpn.experiments.runner as runner
 

@@ -185,8 +185,33 @@ def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, (MemoryError, cuda_oom)) or "can't allocate memory" in str(err)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what ``kill``, systemd, Slurm and Kubernetes send) raised as an interrupt, so that a run stops
+    as at Ctrl-C: its lock released, its finished trials kept, resumed by the same command."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up short
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run(args: argparse.Namespace) -> int:
-    with _logging_to_stderr(args.verbose, args.quiet):
+    with _logging_to_stderr(args.verbose, args.quiet), _sigterm_as_interrupt():
         _set_threads(args)
         if args.verbose:  # PyTorch loads here only when asked: a command's own checks answer before it does
             import torch
@@ -198,9 +223,11 @@ def _run(args: argparse.Namespace) -> int:
         except GBPNError as err:
             logger.error(f"gbpn {args.command}: error: {err}")
             return 2
-        except KeyboardInterrupt:
-            logger.error(f"gbpn {args.command}: interrupted; rerun the same command to resume")
-            return 130
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM: 128 + the signal's number, as a shell reports it
+            terminated = isinstance(err, Terminated)
+            logger.error(f"gbpn {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}; rerun "
+                         "the same command to resume")
+            return 143 if terminated else 130
         except BrokenPipeError:  # stdout's reader left (`| head`): what it read is what it wanted
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
