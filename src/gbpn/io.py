@@ -185,14 +185,22 @@ def read_json(path: str | Path) -> Any:
                         "folder are then run again) or choose another output folder") from None
 
 
+def installed_version(package: str) -> str:
+    """``package``'s installed version, read from its metadata without importing it (scikit-learn alone takes a
+    second to import); ``"not installed"`` when it is not."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def versions() -> Dict[str, str]:
-    """Versions of Python and the libraries a result depends on."""
-    import numpy
-    import scipy
+    """Versions of Python and the libraries a result depends on (from their installed metadata: a record
+    imports nothing the run does not need)."""
     import scipy.linalg.cython_blas  # noqa: F401 (the fused kernels' BLAS, loaded to report its kernels)
     from threadpoolctl import ThreadpoolController
-    import sklearn
-    import torch_geometric
 
     import gbpn
 
@@ -201,10 +209,10 @@ def versions() -> Dict[str, str]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "torch_geometric": torch_geometric.__version__,
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-        "scikit-learn": sklearn.__version__,
+        "torch_geometric": installed_version("torch-geometric"),
+        "numpy": installed_version("numpy"),
+        "scipy": installed_version("scipy"),
+        "scikit-learn": installed_version("scikit-learn"),
         "num_threads": str(torch.get_num_threads()),
         # the kernels OpenBLAS runs (its choice, or OPENBLAS_CORETYPE's) change speed and last bits
         "openblas": ", ".join(f"{getattr(lib, 'architecture', '?')} ({Path(lib.filepath).name})"
