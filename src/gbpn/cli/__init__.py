@@ -23,6 +23,7 @@ from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sampl
 from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
 from gbpn.errors import GBPNError
+from gbpn.lazy import defer_import
 from gbpn.train.config import MAX_SEED
 
 __all__ = ["COMMANDS", "build_parser", "main", "typed_options"]
@@ -130,6 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     _check_values(parser, args)
     args.argv = argv  # what was typed: some checks ask which options were given, whatever their values
+    defer_import("torch._dynamo")  # PyG imports it (seconds); a command loads it only where something reads it
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun (gbpn.distributed.launched, without torch)
         return _main_distributed(args)
     return _run(args)
