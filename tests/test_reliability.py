@@ -423,6 +423,53 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_same_command_resumes_it(grap
     assert [t["trial"] for t in done] == [0, 1, 2] and done[0] == first[0]  # finished trials kept, not retrained
 
 
+@pytest.mark.parametrize("budget", ["inf", "1e400", "1e9", "1001"])
+def test_a_budget_beyond_any_search_is_refused_before_anything_is_written(graph, tmp_path, budget, capsys):
+    assert _train(["--dataset", str(graph), "--potential", "auto", "--budget", budget], tmp_path / "a") == 2
+    assert main(["benchmark", "--models", "gcn:tuned", "--datasets", str(graph), "--budget", budget, "--trials", "1",
+                 "--epochs", "2", "-q", "--output", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("counts full trainings of a search: from 1" in line and "to 1000" in line
+                                 for line in err), err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def recorded(graph, tmp_path_factory):
+    """A finished run's config.json, to hand-edit."""
+    out = tmp_path_factory.mktemp("recorded")
+    assert _train(["--dataset", str(graph), "--epochs", "1"], out) == 0
+    return json.loads((out / "config.json").read_text())
+
+
+@pytest.mark.parametrize("space,message", [
+    ({"potential": ["mlp"], "lr": [-1.0]}, "the search space's lr lists -1.0: lr (--lr) must be a positive number"),
+    ({"potential": ["bogus"]}, "the search space's potential lists 'bogus', which is not an encoder"),
+    ({"potential": ["auto"]}, "the search space's potential lists 'auto', which is not an encoder"),
+    ({"potential": ["mlp"], "hidden": [64, 0]}, "the search space's hidden lists 0: hidden (--hidden) must be a whole"),
+    ({"potential": ["mlp"], "num_steps": [0]}, "the search space's num_steps lists 0 (no BP steps"),
+    ({"potential": []}, "the search space's potential must be a non-empty list"),
+    ({"potential": ["mlp"], "dropout": [1.5]}, "the search space's dropout lists 1.5: dropout (--dropout) must be in"),
+])
+def test_a_search_space_is_checked_as_the_flags_are_before_anything_runs(recorded, tmp_path, space, message, capsys):
+    config = dict(recorded, train={**recorded["train"], "optim": {**recorded["train"]["optim"], "budget": 2,
+                                                                  "search_space": space}})
+    config["train"]["encoder"] = {**config["train"]["encoder"], "potential": "auto"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert main(["train", "--config", str(tmp_path / "config.json"), "--output", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_infinite_budget_in_a_config_file_is_refused(recorded, tmp_path, capsys):
+    text = json.dumps(dict(recorded, train={**recorded["train"], "optim": {**recorded["train"]["optim"], "budget": 7},
+                                            "encoder": {**recorded["train"]["encoder"], "potential": "auto"}}))
+    (tmp_path / "config.json").write_text(text.replace('"budget": 7', '"budget": Infinity'))
+    assert main(["train", "--config", str(tmp_path / "config.json"), "--output", str(tmp_path / "out"), "-q"]) == 2
+    assert "to 1000, got inf" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):
     import gbpn.experiments.runner as runner
 

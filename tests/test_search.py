@@ -162,6 +162,22 @@ def test_sample_puts_anchors_first_and_draws_distinct_seeded_configurations():
     assert len(sample(space, 50, seed=0, reads=reads)) == 2 + 3 * 2  # the whole space (a: 2 lr; b: 3 depths x 2 lr), no more
 
 
+def test_sample_stops_drawing_once_the_space_is_exhausted():
+    """A budget asking for far more configurations than the space holds draws until none is new, not 100 n times."""
+    space = {"potential": ["a", "b"], "depth": [1, 2, 3], "lr": [0.1, 0.01, 0.1]}  # 0.1 twice: one choice
+    calls = []
+
+    def reads(name, params):
+        calls.append(name)
+        return name != "depth" or params["potential"] == "b"
+
+    configs = sample(space, 10**5, seed=0, anchors=[{"potential": "c"}], reads=reads)
+    assert len(configs) == 1 + 2 + 3 * 2 and configs[0] == {"potential": "c"}  # the anchor, then the whole space
+    assert len(calls) < 10**4  # the old loop made 100 n draws: 3e7 calls
+    # a space larger than asked for gives what was asked for, as before
+    assert len(sample({"x": list(range(100))}, 90, seed=1)) == 90
+
+
 def test_anchors_start_at_the_fastest_learning_rate_of_the_space():
     assert at_fastest_lr({"potential": "a", "lr": 1e-3}, {"lr": [3e-3, 1e-2]}) == {"potential": "a", "lr": 1e-2}
     assert at_fastest_lr({"potential": "a"}, {"potential": ["a"]}) == {"potential": "a"}  # a space without lr

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from gbpn.train.config import TrainConfig, resolve_device
+from gbpn.train.config import TrainConfig, check_budget, resolve_device
 from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import node_splits, split_from_record, trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
@@ -301,6 +301,7 @@ def run_grid(
     for m in models:
         if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS + EXACT_MODELS:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
+    check_budget(budget)  # before anything is written: a budget of 1e9 would search for ever
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
             "batch_size": batch_size, "patience": patience, "metric": metric, "dropout": dropout, "budget": budget}
     if (out / "config.json").is_file():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import typing
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
 
 from gbpn.errors import GBPNError
@@ -31,6 +31,18 @@ if TYPE_CHECKING:
     import torch
 
 VARIANTS = ("gbpn", "gbpn-i")
+# The most full trainings a --budget may count: a thousand runs of the configuration kept is days of work on
+# any graph, and the search draws about 40 configurations per run counted (gbpn.train.search), so a budget of
+# 1e9 would draw for ever.
+MAX_BUDGET = 1000
+
+
+def check_budget(budget, flag: str = "--budget") -> None:
+    """Refuse a search budget that is not a number of full trainings from 1 to :data:`MAX_BUDGET` (NaN and
+    inf included), naming ``flag``."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 1 <= budget <= MAX_BUDGET:
+        raise GBPNError(f"{flag} counts full trainings of a search: from 1 (the chosen configuration's own) to "
+                        f"{MAX_BUDGET}, got {budget}")
 
 
 def default_dropout(num_features: int, num_train: int) -> float:
@@ -247,13 +259,44 @@ class TrainConfig:
         if not 0 <= o.warmup <= 1:
             raise GBPNError(f"{_option('warmup')} is a fraction of epochs in [0, 1], got {o.warmup}")
         validate_encoder(self.encoder, mini_batch=s.batch_size is not None)
-        if o.budget is not None and (self.encoder.potential != "auto" or not o.budget >= 1):
+        if o.budget is not None and self.encoder.potential != "auto":
             raise GBPNError(f"{_option('budget')} counts full trainings (at least 1) of a --potential auto search, got "
                             f"{o.budget} with --potential {self.encoder.potential}")
+        if o.budget is not None:
+            check_budget(o.budget, _option("budget"))
+        if o.search_space is not None:
+            self._check_search_space(o.search_space)
         if self.encoder.potential != "mlp" and m.precision != "fp32":
             raise GBPNError("--precision bf16 is implemented for the mlp potential only")
         if e.metric not in METRICS + ("auto",):
             raise GBPNError(f"unknown metric {e.metric!r}; choose one of {', '.join(METRICS)} or auto")
+
+    def _check_search_space(self, space) -> None:
+        """Refuse a search space (``config.json``'s ``search_space``) whose options or choices the flags would
+        refuse, by the same checks, before anything runs: each choice is validated as this config with it."""
+        from gbpn.models.encoders.registry import ENCODERS
+        from gbpn.train.search import check_space
+
+        if isinstance(space, dict):  # tuples of choices are lists to the search (gbpn.train.auto.search_space)
+            space = {k: list(v) if isinstance(v, tuple) else v for k, v in space.items()}
+        check_space(space, list(FLAT))
+        for name, choices in space.items():
+            for value in choices:
+                if name == "potential":  # the encoders to try; which train on sampled trees is the search's choice
+                    if value not in ENCODERS:
+                        raise GBPNError(f"the search space's potential lists {value!r}, which is not an encoder; "
+                                        f"choose from {', '.join(ENCODERS)}")
+                    continue
+                if name == "num_steps" and value == 0:  # K = 0 trains the encoder alone: no GBPN to compare
+                    raise GBPNError("the search space's num_steps lists 0 (no BP steps, the encoder alone); a "
+                                    "search of GBPNs needs K >= 1")
+                try:
+                    replace(self, **{name: value}, budget=None, search_space=None).validate()
+                except GBPNError as err:
+                    raise GBPNError(f"the search space's {name} lists {value!r}: {err}") from None
+                except TypeError as err:  # a choice of a type no check expected ("1" for a count)
+                    raise GBPNError(f"the search space's {name} lists {value!r}, not a value of {name}: {err}") \
+                        from None
 
     def potential_options(self, potential: Optional[str] = None) -> Dict:
         """The encoder options of ``potential`` (default: this config's), as ``build_encoder`` takes them."""

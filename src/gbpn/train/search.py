@@ -167,12 +167,13 @@ def sample(space: Dict[str, Sequence], n: int, seed: int, anchors: Sequence[Dict
     that differ only there are one configuration. Fewer than ``n`` when the space holds fewer."""
     rng = random.Random(seed)
     out: List[Dict] = []
-    seen = set()
+    seen, drawn = set(), set()  # drawn: the space's own configurations met so far (anchors may lie outside it)
     for params in list(anchors)[:n]:
         key = repr(sorted(params.items()))
         if key not in seen:
             seen.add(key)
             out.append(dict(params))
+    repeats, patience = 0, 64
     for _ in range(100 * n):
         if len(out) >= n:
             break
@@ -182,10 +183,35 @@ def sample(space: Dict[str, Sequence], n: int, seed: int, anchors: Sequence[Dict
             if reads(name, params):
                 params[name] = value
         key = repr(sorted(params.items()))
+        drawn.add(key)
         if key not in seen:
             seen.add(key)
             out.append(params)
+            repeats = 0
+        elif (repeats := repeats + 1) >= patience:  # only repeats for a while: is the space exhausted?
+            if _size(space, reads, len(drawn) + 1) <= len(drawn):
+                break  # every configuration drawn: more draws would only repeat them (100 n of them, n ~ 1e9)
+            repeats, patience = 0, 2 * patience  # not yet: ask again after twice as many repeats
     return out
+
+
+def _size(space: Dict[str, Sequence], reads: Callable[[str, Dict], bool], cap: int) -> int:
+    """How many distinct configurations :func:`sample` can draw from ``space``, counted up to ``cap``."""
+    names = list(space)
+
+    def count(i: int, params: Dict, left: int) -> int:
+        if i == len(names):
+            return 1
+        if not reads(names[i], params):
+            return count(i + 1, params, left)
+        total = 0
+        for value in {repr(v): v for v in space[names[i]]}.values():  # a choice listed twice is one
+            total += count(i + 1, {**params, names[i]: value}, left - total)
+            if total >= left:
+                break
+        return total
+
+    return count(0, {}, cap)
 
 
 def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Session"], schedule: Plan,  # noqa: F821
