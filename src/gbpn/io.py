@@ -153,13 +153,31 @@ def write_predictions(path: str | Path, probs: np.ndarray, class_names: Sequence
     atomic_write(path, lambda fh: fh.write(buf.getvalue()))
 
 
+def install_hint(extra: str) -> str:
+    """The command that installs gbpn's ``extra`` the way gbpn itself was installed: ``pip install -e
+    '<folder>[extra]'`` for a clone installed in place (as the README does), else from PyPI."""
+    import json
+    from importlib.metadata import PackageNotFoundError, distribution
+    from urllib.parse import unquote, urlparse
+
+    try:
+        where = json.loads(distribution("gbpn").read_text("direct_url.json") or "{}")
+    except (PackageNotFoundError, ValueError):
+        where = {}
+    url = urlparse(where.get("url", ""))
+    if url.scheme == "file" and (where.get("dir_info") or {}).get("editable"):
+        folder = "." if os.path.realpath(unquote(url.path)) == os.path.realpath(os.getcwd()) else unquote(url.path)
+        return f"pip install -e '{folder}[{extra}]'"
+    return f"pip install 'gbpn[{extra}]'"
+
+
 def pyplot() -> Any:
     """``matplotlib.pyplot`` on the file-only Agg backend, imported here, where a figure is drawn: matplotlib is
     the ``analysis`` extra's, and without it a :class:`GBPNError` says how to install it."""
     try:
         import matplotlib
     except ImportError:
-        raise GBPNError("drawing figures needs matplotlib, which is not installed: pip install 'gbpn[analysis]'") \
+        raise GBPNError(f"drawing figures needs matplotlib, which is not installed: {install_hint('analysis')}") \
             from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

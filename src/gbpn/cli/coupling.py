@@ -1,4 +1,5 @@
-"""``gbpn coupling``: print a checkpoint's learned coupling H; heatmap (PNG, SVG) and CSV."""
+"""``gbpn coupling``: print a checkpoint's learned coupling H and write it as CSV; a heatmap (PNG, SVG) where
+matplotlib is installed."""
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,10 @@ def _report(model, meta: dict, out: Path) -> int:
         panels = {"true": true_H, **panels}
     # the files first: an unwritable --output fails before anything is printed
     save_coupling_csv(out.with_suffix(".csv"), H, names)
-    plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
-    plot_couplings(panels, out.with_suffix(".svg"), names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+    no_figure = _cannot_draw()
+    if no_figure is None:
+        plot_couplings(panels, out, names, suptitle=f"coupling H: {meta.get('dataset', '')}")
+        plot_couplings(panels, out.with_suffix(".svg"), names, suptitle=f"coupling H: {meta.get('dataset', '')}")
     width = max(8, max(len(n) for n in names) + 1)
     print(f"coupling H of {meta.get('dataset', '?')} ({meta.get('variant', '?')}), scaled so mean(log H) = 0:")
     print(" " * width + "".join(f"{n:>{width}}" for n in names))
@@ -51,16 +54,29 @@ def _report(model, meta: dict, out: Path) -> int:
         cmp = compare_couplings(H, true_H)
         print(f"against the true coupling (scale removed): relative error {cmp['relative_error']:.3f}, "
               f"correlation {cmp['correlation']:.3f}")
-    print(f"heatmap saved to {out} (and .svg), values to {out.with_suffix('.csv')}")
+    print(f"heatmap saved to {out} (and .svg), values to {out.with_suffix('.csv')}" if no_figure is None else
+          f"values saved to {out.with_suffix('.csv')}; no heatmap: {no_figure}")
     triangle = getattr(model.bp, "triangle", None)
     if triangle is not None:  # a --motifs triangle model
-        _show_triangle(triangle, H, names, meta, out.with_name("triangle.png"))
+        _show_triangle(triangle, H, names, meta, out.with_name("triangle.png"), no_figure is None)
     return 0
 
 
-def _show_triangle(triangle, H, names, meta, out: Path) -> None:
+def _cannot_draw():
+    """Why no figure can be drawn (matplotlib is missing, with the command that installs it), or None."""
+    from gbpn.errors import GBPNError
+    from gbpn.io import pyplot
+
+    try:
+        pyplot()
+    except GBPNError as err:
+        return str(err)
+    return None
+
+
+def _show_triangle(triangle, H, names, meta, out: Path, draw: bool = True) -> None:
     """The learned triangle factor: what :func:`~gbpn.experiments.coupling.triangle_report` says, its
-    slices as heatmaps (the CP factors for more than 12 classes) and its entries as CSV."""
+    slices as heatmaps (the CP factors for more than 12 classes; with ``draw``) and its entries as CSV."""
     import numpy as np
 
     from gbpn.experiments.coupling import plot_cp_factors, plot_triangle, save_triangle_csv, triangle_report
@@ -69,11 +85,11 @@ def _show_triangle(triangle, H, names, meta, out: Path) -> None:
     true_T = None if meta.get("true_triangle") is None else np.asarray(meta["true_triangle"])
     title = f"triangle factor T ({triangle.form} form): {meta.get('dataset', '')}"
     save_triangle_csv(out.with_suffix(".csv"), T, names)
-    for path in (out, out.with_suffix(".svg")):
+    for path in (out, out.with_suffix(".svg")) if draw else ():
         if c <= 12:
             plot_triangle(T, path, names, true_T, suptitle=title)
         else:
             plot_cp_factors(triangle.log_factors.detach().double().numpy(), path, names, suptitle=title)
     print("\n".join(triangle_report(T, H, names, true_T)))
     print(f"triangle factor {'slices' if c <= 12 else 'CP factors'} saved to {out} (and .svg), values to "
-          f"{out.with_suffix('.csv')}")
+          f"{out.with_suffix('.csv')}" if draw else f"triangle factor values saved to {out.with_suffix('.csv')}")
