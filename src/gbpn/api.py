@@ -42,7 +42,7 @@ logger = logging.getLogger("gbpn")
 
 # what a rerun of a recorded config leaves to its caller: where to write and read, threads, what to keep
 RERUN_KEEPS = {"command", "argv", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet",
-               "verbose", "wait"}
+               "verbose", "wait", "tensorboard"}
 
 
 @dataclass
@@ -123,7 +123,7 @@ def check_applicable(config: TrainConfig, given: Mapping[str, str]) -> None:
 
 def train(dataset: str, config: TrainConfig, trials: int = 1, seed: int = 0, output: Optional[str] = None,
           data_dir: Optional[str] = None, sample: int = 0, header: Optional[bool] = None, save_trials: bool = False,
-          progress: bool = True, wait: bool = False) -> Tuple[Dict, str]:
+          progress: bool = True, wait: bool = False, tensorboard: Optional[str] = None) -> Tuple[Dict, str]:
     """Seeded trials of ``config`` on ``dataset`` into the run folder ``output`` (default:
     ``runs/<dataset>-<variant>[-<potential>][-budget<B>]-seed<seed>``), resumed where it stopped; see
     :func:`gbpn.experiments.runner.run_trials`. Returns ``metrics.json``'s contents and the folder."""
@@ -137,7 +137,7 @@ def train(dataset: str, config: TrainConfig, trials: int = 1, seed: int = 0, out
         f"-budget{config.budget:g}" if config.budget is not None else "")  # a search is another run than exhaustive auto
     output = output or f"runs/{dataset_name(dataset)}-{config.variant}{potential}-seed{seed}"
     result = run_trials(dataset, config, trials, seed, output, data_dir, sample, progress=progress, header=header,
-                        save_trials=save_trials, wait=wait)
+                        save_trials=save_trials, wait=wait, tensorboard=tensorboard)
     return result, output
 
 

@@ -15,12 +15,12 @@ import logging
 import sys
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-__all__ = ["HEARTBEAT", "Progress", "duration", "step"]
+__all__ = ["HEARTBEAT", "Progress", "duration", "epoch_done", "listen", "step"]
 
 HEARTBEAT = 30.0  # seconds between "still running" lines of one unit
 logger = logging.getLogger("gbpn")
@@ -43,6 +43,26 @@ def step(k: int, n: int, what: str = "epoch") -> None:
     Costs an attribute write: training loops call it every epoch."""
     if _active:
         _active[-1].at = f"{what} {k} of {n}"
+
+
+_listeners: List[Callable[[str, Dict[str, float]], None]] = []  # what listen() registered, innermost last
+
+
+def epoch_done(desc: str, row: Dict[str, float]) -> None:
+    """A training loop finished an epoch: its ``desc`` and history row (``epoch``, ``loss``, scores, ``seconds``)
+    go to whatever :func:`listen` registered (TensorBoard, :mod:`gbpn.experiments.curves`). Nothing when none is."""
+    for listener in tuple(_listeners):
+        listener(desc, row)
+
+
+@contextlib.contextmanager
+def listen(listener: Callable[[str, Dict[str, float]], None]) -> Iterator[None]:
+    """Call ``listener(desc, row)`` after every training epoch (:func:`epoch_done`) while in this block."""
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
 
 
 class Progress:

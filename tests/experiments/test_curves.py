@@ -101,3 +101,31 @@ def test_plot_says_what_is_missing(run, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs matplotlib" in err and "pip install" in err
     assert not (tmp_path / "c.png").exists()
+
+
+def test_tensorboard_gets_every_epochs_scalars(tmp_path):
+    pytest.importorskip("torch.utils.tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    g = _ring(tmp_path / "g")
+    assert main(["train", "--dataset", str(g), "--epochs", "3", "--hidden", "8", "--trials", "2", "--metric",
+                 "accuracy", "--output", str(tmp_path / "a"), "--tensorboard", str(tmp_path / "tb"), "-q"]) == 0
+    rows = read_history(tmp_path / "a" / "history.csv")
+    for trial in (0, 1):
+        events = EventAccumulator(str(tmp_path / "tb" / f"trial_{trial}"))
+        events.Reload()
+        assert set(events.Tags()["scalars"]) == {"loss/train", "accuracy/train", "accuracy/val", "seconds/epoch"}
+        mine = [r for r in rows if r["trial"] == trial]
+        for tag, key in (("loss/train", "loss"), ("accuracy/val", "val_accuracy")):
+            assert [(e.step, e.value) for e in events.Scalars(tag)] == [
+                (r["epoch"], pytest.approx(r[key], rel=1e-6)) for r in mine]
+
+
+def test_tensorboard_missing_is_one_line_before_anything_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard", None)  # as if it were not installed
+    g = _ring(tmp_path / "g")
+    assert main(["train", "--dataset", str(g), "--epochs", "3", "--output", str(tmp_path / "a"), "--tensorboard",
+                 str(tmp_path / "tb")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tensorboard needs the tensorboard package" in err and "pip install" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "tb").exists()

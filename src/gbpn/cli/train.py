@@ -14,8 +14,9 @@ def add_parser(sub, common) -> None:
     t.add_argument("--config", default=None,
                    help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
                         "hyper-parameter come from it; of the options below only --output, --threads, "
-                        "--data-dir, --header, --save-trials and --wait may be given with it; --output defaults as "
-                        "without --config, so give it unless the recorded run's folder should be resumed)")
+                        "--data-dir, --header, --save-trials, --tensorboard and --wait may be given with it; "
+                        "--output defaults as without --config, so give it unless the recorded run's folder should "
+                        "be resumed)")
     add_data_args(t.add_argument_group("data"))
     add_config_options(t)
     r = t.add_argument_group("run")
@@ -30,6 +31,10 @@ def add_parser(sub, common) -> None:
     r.add_argument("--save-trials", action="store_true",
                    help="keep every trial's checkpoint (checkpoints/trial_K.pt) and class probabilities of every "
                         "node (predictions/trial_K.csv), not only the best trial's model.pt")
+    r.add_argument("--tensorboard", metavar="DIR", default=None,
+                   help="also log every epoch's training loss and training and validation scores to TensorBoard in "
+                        "DIR/trial_K as it ends (needs the tensorboard package; the run folder's history.csv holds "
+                        "the same numbers in any case)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         header = args.header
         api.check_applicable(config, given(args, ["train"], OPTIONS))
     result, output = api.train(dataset, config, trials, seed, args.output, data_dir, sample, header=header,
-                               save_trials=args.save_trials, progress=not args.quiet, wait=args.wait)
+                               save_trials=args.save_trials, progress=not args.quiet, wait=args.wait,
+                               tensorboard=args.tensorboard)
     if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
         return 0
     s = result["summary"]

@@ -1,4 +1,4 @@
-"""Learning curves of a run: each trial's per-epoch history in ``history.csv``, and their figure.
+"""Learning curves of a run: each trial's per-epoch history in ``history.csv``, their figure, and TensorBoard.
 
 ``history.csv`` in a run folder holds one row per epoch of every finished trial:
 ``trial`` (as in ``metrics.json`` and ``splits/trial_K.npz``), ``epoch`` (from 0, as ``best_epoch`` in
@@ -7,16 +7,22 @@ and, where the run selects on another metric, for that one, and ``seconds`` (the
 scoring). Test scores are left out: a curve is for choosing settings, which the test split must not see.
 It is rewritten atomically after each trial, before ``metrics.json`` records the trial, and keeps only the
 rows of trials that ``metrics.json`` lists: a run resumed after an interruption has each trial's rows once.
+
+With ``--tensorboard DIR`` the same scalars go to TensorBoard as each epoch ends (:func:`tensorboard_log`).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import re
+import shutil
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 from gbpn.errors import GBPNError
 from gbpn.io import pyplot, read_json, save_figure, write_csv
+from gbpn.progress import listen
 
 HISTORY = "history.csv"
 
@@ -100,3 +106,56 @@ def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
     stem = Path(output) if output is not None else run / "curves"
     save_figure(fig, stem)
     return stem
+
+
+def summary_writer():
+    """``torch.utils.tensorboard.SummaryWriter``, or a :class:`GBPNError` saying how to install TensorBoard."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise GBPNError("--tensorboard needs the tensorboard package, which is not installed: pip install tensorboard")\
+            from None
+    return SummaryWriter
+
+
+class TensorBoardLog:
+    """One trial's epochs as TensorBoard scalars in ``folder``: ``loss/train``, ``<score>/train``, ``<score>/val``
+    and ``seconds/epoch`` at step ``epoch`` (from 0, as in ``history.csv``). A trial that trains several models
+    (``--potential auto``) gives each its own run, in a sub-folder named after it. ``folder`` is emptied first: a
+    trial run again after an interruption starts its curves again."""
+
+    def __init__(self, folder: str | Path, desc: str):
+        self.writer_class = summary_writer()
+        self.folder, self.desc, self.writers = Path(folder), desc, {}
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __call__(self, desc: str, row: Dict[str, float]) -> None:
+        if desc not in self.writers:  # "cora trial 1/5 [search 3: sage]" -> folder/search_3_sage
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", desc[len(self.desc):] if desc.startswith(self.desc) else desc)
+            self.writers[desc] = self.writer_class(str(self.folder / name.strip("_")))
+        writer, step = self.writers[desc], int(row["epoch"])
+        writer.add_scalar("loss/train", row["loss"], step)
+        for key, value in row.items():
+            split, _, score = key.partition("_")
+            if split in ("train", "val") and score:  # test scores stay out of the curves, as in history.csv
+                writer.add_scalar(f"{score}/{split}", value, step)
+        writer.add_scalar("seconds/epoch", row.get("seconds", math.nan), step)
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
+@contextlib.contextmanager
+def tensorboard_log(folder: Optional[str | Path], trial: int, desc: str) -> Iterator[None]:
+    """While in this block, every training epoch of trial ``trial`` (``desc``: its loops' description) goes to
+    TensorBoard under ``folder/trial_<trial>``; nothing when ``folder`` is None."""
+    if folder is None:
+        yield
+        return
+    log = TensorBoardLog(Path(folder) / f"trial_{trial}", desc)
+    try:
+        with listen(log):
+            yield
+    finally:
+        log.close()

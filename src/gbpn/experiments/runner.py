@@ -32,7 +32,7 @@ from gbpn.data.datasets import data_root, load_dataset
 from gbpn.data.splits import node_splits, trial_split
 from gbpn.distributed import broadcast_object, rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.experiments.curves import write_history
+from gbpn.experiments.curves import summary_writer, tensorboard_log, write_history
 from gbpn.experiments.lock import folder_busy, lock_folder, release
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_json, write_predictions
 from gbpn.progress import Progress
@@ -154,19 +154,23 @@ def run_trials(
     header: Optional[bool] = None,
     save_trials: bool = False,
     wait: bool = False,
+    tensorboard: Optional[str | Path] = None,
 ) -> Dict:
     """Train ``trials`` models (seeds ``seed, seed+1, ...``, each with its own random split, or
     the data set's public splits where it has them, see :func:`gbpn.data.splits.trial_split`).
 
     ``save_trials`` keeps every trial's checkpoint and per-node class probabilities (evidence:
     the training labels for GBPN, none for GBPN-I), not only the best trial's checkpoint. ``wait``:
-    when another run holds the output folder, wait for it instead of raising :class:`GBPNError`.
+    when another run holds the output folder, wait for it instead of raising :class:`GBPNError`. ``tensorboard``: a
+    folder where every epoch's loss and scores go to TensorBoard as it ends (``trial_K`` apart).
 
     Returns the contents of ``metrics.json``: ``trials`` (per-trial metrics with
     ``test_accuracy`` in [0, 1]) and ``summary`` (mean and sample std). ``header`` is passed to
     :func:`~gbpn.data.load_dataset` for a bring-your-own folder.
     """
     config.validate()
+    if tensorboard is not None:
+        summary_writer()  # not installed: said before anything loads or trains
     if trials < 1:
         raise GBPNError(f"trials must be at least 1, got {trials}")
     data = load_dataset(dataset, data_dir, sample=sample, header=header)
@@ -247,8 +251,10 @@ def run_trials(
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
             # (one process only: data-parallel ranks must train the same units)
             units = out / "units" / f"trial_{trial}"
-            res = fit(data, config, seed=s, masks=masks, progress=progress, desc=f"{data.name} trial {trial + 1}/{trials}",
-                      units=units if world == 1 and config.potential == "auto" else None)
+            desc = f"{data.name} trial {trial + 1}/{trials}"
+            with tensorboard_log(tensorboard if rank == 0 else None, trial, desc):
+                res = fit(data, config, seed=s, masks=masks, progress=progress, desc=desc,
+                          units=units if world == 1 and config.potential == "auto" else None)
             if rank != 0:  # every rank trains; rank 0 writes
                 continue
             train, val, test = res.masks

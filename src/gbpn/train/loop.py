@@ -20,7 +20,7 @@ from gbpn.bp.layer import BeliefPropagation, warm_up
 from gbpn.bp.numerics import REFUSE
 from gbpn.bp.validation import NonFinitePotentialError
 from gbpn.errors import GBPNError
-from gbpn.progress import step as progress_step
+from gbpn.progress import epoch_done, step as progress_step
 from gbpn.train.cost import uncounted
 from gbpn.train.metrics import score
 
@@ -156,6 +156,7 @@ class Selection:
                     row[f"{split}_{name}"] = score(name, out, self.y, mask)
         row["seconds"] = time.perf_counter() - start  # this epoch's training and scoring
         self.history.append(row)
+        epoch_done(self.desc, row)  # to a listener, if any (--tensorboard)
         if row[self.key] > self.val or self.best_state is None:
             self.best, self.best_out = dict(row), out
             self.best_state = copy.deepcopy(self.model.state_dict())
