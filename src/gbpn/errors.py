@@ -7,3 +7,8 @@ class GBPNError(Exception):
 
 class DatasetNotFoundError(GBPNError):
     """A dataset's files are not in the data directory and could not be downloaded."""
+
+
+class ModelInputError(GBPNError, ValueError):
+    """A model given a tensor or a hyper-parameter it cannot take (a ``ValueError`` too, as the BP layer's
+    own input checks raise)."""

@@ -310,3 +310,42 @@ def test_meta_tensors_are_refused_with_a_value_error(where):
         BeliefPropagation(2)(*args)
     with pytest.raises(ValueError, match="meta device"):
         GBPN(2, 4, 2)(*args)
+
+
+@pytest.mark.parametrize("x,match", [
+    (torch.randn(5, 4, dtype=torch.float64), r"x is torch.float64, but this model's parameters are torch.float32"),
+    (torch.randn(4), r"x must be a \[N, 4\] feature tensor \(in_channels=4\), got shape \(4,\)"),
+    (torch.randn(5, 7), r"x has 7 features per node \(shape \(5, 7\)\), but this model was built with in_channels=4"),
+    (torch.randn(5, 4, 1), r"got shape \(5, 4, 1\)"),
+    (torch.randn(5, 4, dtype=torch.complex64), "x is torch.complex64: features must be real numbers"),
+])
+def test_the_model_names_features_it_cannot_take_before_torch_fails_on_them(x, match):
+    from gbpn.errors import GBPNError
+
+    with pytest.raises(GBPNError, match=match) as err:
+        GBPN(4, 3)(x, RING)
+    assert isinstance(err.value, ValueError)  # as the BP layer's own checks are
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(num_classes=0), "num_classes must be a positive whole number, got 0"),
+    (dict(num_classes=-1), "num_classes must be a positive whole number, got -1"),
+    (dict(in_channels=0), "in_channels must be a positive whole number, got 0"),
+    (dict(precision="fp8"), "precision must be one of 'fp32', 'bf16', got 'fp8'"),
+])
+def test_model_sizes_and_precision_are_named_before_torch_warns(kw, match, recwarn):
+    from gbpn.errors import GBPNError
+
+    with pytest.raises(GBPNError, match=match):
+        GBPN(**{"in_channels": 4, "num_classes": 3, **kw})
+    assert [str(w.message) for w in recwarn] == []  # no "Initializing zero-element tensors is a no-op" first
+
+
+def test_a_float64_layer_is_not_told_to_run_in_float64():
+    log_H = torch.tensor([[0.0, -750.0], [-750.0, 0.0]], dtype=torch.float64)
+    layer = BeliefPropagation(2, num_steps=2, coupling_init=log_H.exp().clamp_min(1e-320)).double()
+    with torch.no_grad():
+        layer.coupling.weight.copy_(log_H)
+    with pytest.raises(ValueError, match="log H spans") as err:
+        layer(torch.zeros(2, 2, dtype=torch.float64), undirected([(0, 1)]))
+    assert ".double()" not in str(err.value)

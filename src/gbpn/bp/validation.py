@@ -195,5 +195,6 @@ def check_coupling_range(log_H: Tensor, dtype: torch.dtype) -> None:
                          "and finite")
     spread = float(log_H.detach().max() - log_H.detach().min())
     if not spread <= limit:
+        wider = "run BP in float64 (.double()) or keep" if dtype != torch.float64 else "keep"  # none wider
         raise ValueError(f"log H spans {spread:.1f} (max - min), beyond the {limit:.0f} that {dtype} messages "
-                         "compute exactly; run BP in float64 (.double()) or keep the coupling milder")
+                         f"compute exactly; {wider} the coupling milder")

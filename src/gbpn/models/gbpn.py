@@ -1,8 +1,10 @@
 """The GBPN model: an MLP self-potential followed by belief propagation."""
 from __future__ import annotations
 
+import numbers
 from typing import Dict, Optional, Tuple, Union
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -12,7 +14,8 @@ from gbpn.bp.layer import BeliefPropagation
 from gbpn.bp.motifs import MotifBeliefPropagation
 from gbpn.bp.validation import check_node_ids, check_not_meta
 from gbpn.models.encoders import build_encoder
-from gbpn.models.mlp import check_sizes
+from gbpn.errors import ModelInputError
+from gbpn.models.mlp import PRECISIONS, check_sizes
 
 MOTIFS = ("none", "triangle")
 
@@ -93,6 +96,12 @@ class GBPN(nn.Module):
         triangle_form: Optional[str] = None,
     ):
         super().__init__()
+        # before any layer is built: torch warns about zero-element weights and fails on negative ones
+        for name, value in (("in_channels", in_channels), ("num_classes", num_classes)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:  # numpy ints too
+                raise ModelInputError(f"{name} must be a positive whole number, got {value!r}")
+        if precision not in PRECISIONS:
+            raise ModelInputError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
         check_sizes(hidden_channels, num_hidden, dropout)
         if motifs not in MOTIFS:
             raise ValueError(f"motifs must be one of {', '.join(MOTIFS)}, got {motifs!r}")
@@ -150,9 +159,30 @@ class GBPN(nn.Module):
         features for the MLP; from its neighbourhood as well for the graph encoders)."""
         edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
         check_not_meta(x=x, edge_index=edge_index)
+        if isinstance(x, Tensor):  # raw features (what precompute() returns for a graph encoder is its own)
+            self._check_features(x)
         if edge_index is not None and isinstance(x, Tensor):  # raw features (a precompute()d input was checked)
             check_node_ids(edge_index, x.size(0))
         return F.log_softmax(self.encoder(x, edge_index), dim=-1)
+
+    def _check_features(self, x: Tensor) -> None:
+        """Refuse features the encoder's first layer would fail on inside torch ("mat1 and mat2 ..."), naming
+        the tensor, what it is and what this model expects."""
+        want = f"[N, {self.in_channels}]"
+        if x.dim() != 2:
+            hint = "; x.unsqueeze(-1) makes one feature per node a column" if x.dim() == 1 and \
+                self.in_channels == 1 else ""
+            raise ModelInputError(f"x must be a {want} feature tensor (in_channels={self.in_channels}), got shape "
+                                  f"{tuple(x.shape)}{hint}")
+        if x.size(1) != self.in_channels:
+            raise ModelInputError(f"x has {x.size(1)} features per node (shape {tuple(x.shape)}), but this model was "
+                                  f"built with in_channels={self.in_channels}")
+        dtype = next((q.dtype for q in self.encoder.parameters() if q.is_floating_point()), None)
+        if x.is_complex() or x.dtype == torch.bool or (x.is_floating_point() and dtype is not None
+                                                       and x.dtype != dtype):
+            raise ModelInputError(f"x is {x.dtype}, but this model's parameters are {dtype}: pass x.to({dtype}), or "
+                                  f"convert the model (.to({x.dtype}))" if x.is_floating_point() else
+                                  f"x is {x.dtype}: features must be real numbers ({dtype})")
 
     def forward(
         self,

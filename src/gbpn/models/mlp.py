@@ -8,6 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# the MLP's arithmetic: float32 throughout, or bfloat16 hidden layers (the only encoder with a choice)
+PRECISIONS = ("fp32", "bf16")
+
 
 def _keep_mask(shape: torch.Size, p: float, device: torch.device) -> Tuple[Tensor, float]:
     """Boolean keep-mask with P(keep) = 1 - p (p quantised to 1/65536) and its exact keep rate.
@@ -88,8 +91,8 @@ class MLP(nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int, num_hidden: int = 2,
                  dropout: float = 0.0, precision: str = "fp32"):
         super().__init__()
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
         check_sizes(hidden_channels, num_hidden, dropout)
         self.in_channels, self.hidden_channels, self.out_channels = in_channels, hidden_channels, out_channels
         self.num_hidden = num_hidden
