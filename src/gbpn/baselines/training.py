@@ -47,6 +47,25 @@ def better(row: Dict[str, float], best: Optional[Dict[str, float]], metric: str 
     return best is None or row[f"val_{metric}"] > best[f"val_{metric}"]
 
 
+def checked_inputs(data, masks: Masks, metric: str, device: str = "cpu"):
+    """What a full-batch baseline trains on, checked: ``(masks, metric, device, x, y, masks on the device)``. The
+    masks cover ``data.y``; ``metric`` ``"auto"`` resolves (:func:`gbpn.train.metrics.default_metric`) and an
+    unknown one is refused; ``x`` holds the prepared features (:func:`gbpn.data.features.prepare_features`)."""
+    from gbpn.data.features import prepare_features
+    from gbpn.data.splits import check_masks
+    from gbpn.errors import GBPNError
+    from gbpn.train.config import resolve_device
+    from gbpn.train.metrics import METRICS, default_metric
+
+    masks = check_masks(masks, data.y)
+    if metric == "auto":
+        metric = default_metric(data.y, int(data.num_classes), masks[0] | masks[1])
+    if metric not in METRICS:
+        raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
+    dev = resolve_device(device)
+    return masks, metric, dev, prepare_features(data.x).to(dev), data.y.to(dev), tuple(m.to(dev) for m in masks)
+
+
 def train_full_batch(
     model: nn.Module,
     forward: Callable[[], Tensor],
@@ -81,11 +100,14 @@ def train_full_batch(
 
 def start_full_batch(model: nn.Module, forward: Callable[[], Tensor], y: Tensor, masks: Masks, epochs: int, lr: float,
                      weight_decay: float, desc: str = "baseline", patience: Optional[int] = None,
-                     metric: str = "accuracy") -> Session:
+                     metric: str = "accuracy", optimizer: str = "adamw") -> Session:
     """:func:`train_full_batch`, built and not yet trained (seed torch before): ``.finish()`` trains it and returns
-    its ``(metrics, best_out)``; a budgeted search advances it a few epochs at a time."""
+    its ``(metrics, best_out)``; a budgeted search advances it a few epochs at a time. ``optimizer``: ``adamw``
+    (decoupled weight decay) or ``adam`` (weight decay as an L2 term in the gradient, as some published
+    protocols train)."""
     train_idx = masks[0].nonzero().view(-1)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer](model.parameters(), lr=lr,
+                                                                           weight_decay=weight_decay)
     selection = Selection(model, lambda epoch: optimizer_step(opt, F.cross_entropy(forward()[train_idx], y[train_idx])),
                           lambda epoch: forward(), y, masks, epochs, desc, patience, metric)
     return Session(selection, model, opt, lambda sel: sel.result()[:2], cuda=y.is_cuda)

@@ -29,13 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from gbpn.baselines.training import start_full_batch
-from gbpn.data.features import prepare_features
-from gbpn.data.splits import check_masks
+from gbpn.baselines.training import checked_inputs, start_full_batch
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
-from gbpn.train.config import default_dropout, resolve_device
-from gbpn.train.metrics import METRICS, default_metric
+from gbpn.train.config import default_dropout
 from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
                                sample, successive_halving)
 from gbpn.train.units import Units
@@ -67,22 +64,15 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
     conv, separate = TUNED[name]
     space = {k: list(v) for k, v in (space or BASELINE_SPACE).items()}
     check_space(space, list(BASELINE_SPACE))
-    masks = check_masks(masks, data.y)
+    masks, metric, dev, x, y, on_dev = checked_inputs(data, masks, metric, device)
     c = int(data.num_classes)
-    if metric == "auto":
-        metric = default_metric(data.y, c, masks[0] | masks[1])
-    if metric not in METRICS:
-        raise GBPNError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)} or auto")
     schedule = plan(epochs, budget, patience)
     anchor = {**_TWO_LAYER, "dropout": default_dropout(data.num_features, int(masks[0].sum()))}
     configs = sample(space, max_configurations(schedule, 1), seed,
                      [at_fastest_lr({k: v for k, v in anchor.items() if k in space}, space)])
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
                           "weight_decay": weight_decay, "space": space}, seed, masks)
-    dev = resolve_device(device)
-    x = prepare_features(data.x).to(dev)
     inputs = GNNEncoder(1, 1, conv, 4, 1, separate=separate).precompute(x, data.edge_index.to(dev))  # once for all
-    y, on_dev = data.y.to(dev), tuple(m.to(dev) for m in masks)
 
     def start(index: int, params: Dict):
         p = {**anchor, **params}

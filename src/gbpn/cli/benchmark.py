@@ -25,13 +25,18 @@ def add_parser(sub, common) -> None:
                         "motifs-real: the same on real graphs")
     b.add_argument("--quick", action="store_true",
                    help="smoke run: 2 trials of 100 epochs, without gbpn:auto (table2: the 4 reference grids "
-                        "only); see the README for what it costs")
+                        "only); docs/usage.md (gbpn benchmark) says what it costs")
     b.add_argument("--models", nargs="+", default=None,
                    help="free grid: models (gbpn gbpn-i mlp gcn sage gat gmnn dagnn lp cs; mini-batch: sage-sampled "
                         "gat-sampled cluster-gcn); a GBPN per potential encoder as gbpn:<potential> or "
-                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, dagnn, linkx or auto; "
-                        "with triangle factors gbpn-triangle, gbpn-i-triangle (gbpn-triangleN: at most N triangles "
-                        "per node); BP with a synthetic MRF's true factors: exact-bp, exact-bp-i")
+                        "gbpn-i:<potential> with mlp, sign, sign-mixed, gcn, gcn-mixed, sage, gat, gat-mixed, "
+                        "classic-gcn, classic-sage, classic-gat, resnet, res-gcn, res-sage, res-gat, res-gat-sep, "
+                        "res-gt, res-gt-sep, dagnn, linkx or auto; with triangle factors gbpn-triangle, "
+                        "gbpn-i-triangle (gbpn-triangleN: at most N triangles per node); BP with a synthetic MRF's "
+                        "true factors: exact-bp, exact-bp-i; models as published: resnet:published, gcn:published, "
+                        "sage:published, gat:published, gat-sep:published, gt:published, gt-sep:published (Platonov "
+                        "et al.: depth 1-5 picked on validation, 1000 steps each), gcn:classic, sage:classic, "
+                        "gat:classic (Luo et al.'s setting for the data set); see docs/benchmarks.md")
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--budget", type=float, default=2.0, metavar="B",
                    help="free grid: plain runs of the configuration kept that each :tuned model's search "

@@ -5,7 +5,7 @@ Layout of an output folder::
     rows/<dataset>__<model>__<trial>.json   one finished run each (written atomically)
     rows/<dataset>__<model>__<trial>.lock   a run's lock (filelock), held while it runs; gone once it finished
     results.csv                             every finished run
-    table.md                                mean ± std of test accuracy (%), best per row in bold
+    table.md                                mean ± std of the test score (%) by the selection metric, best per row in bold
     config.json                             the grid, protocol and library versions
 
 Interrupted, the same command skips every run whose row file exists. Several workers may
@@ -31,16 +31,19 @@ from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
+from gbpn.baselines.published import PUBLISHED_MODELS, run_published
 from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_csv, write_json, write_predictions
 from gbpn.progress import Progress
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
+from gbpn.models.encoders.registry import BLOCK_ENCODERS
 from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
 from gbpn.train.fit import TrialResult, fit
 
 GBPN_MODELS = ("gbpn-i", "gbpn")
 # a GBPN variant per potential encoder: "gbpn:sign", "gbpn-i:sage", "gbpn:gcn-mixed", "gbpn:auto", ...
-POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "dagnn", "linkx", "auto")
+POTENTIALS = ("mlp", "sign", "sign-mixed", "gcn", "gcn-mixed", "sage", "gat", "gat-mixed", "classic-gcn", "classic-sage",
+              "classic-gat", *BLOCK_ENCODERS, "dagnn", "linkx", "auto")
 
 
 def gbpn_config(model: str, **kw) -> Optional[TrainConfig]:
@@ -115,6 +118,8 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
     ``budget``: the full trainings a ``:tuned`` model's search spends (:mod:`gbpn.experiments.tuned`), ``units``
     the folder keeping its finished rungs (an interrupted run resumes there). ``device``: where GBPN and the
     ``:tuned`` models train (the other baselines train on the CPU)."""
+    if model in PUBLISHED_MODELS:
+        return run_published(model, data, masks, seed, metric, keep, device)
     if model in TUNED_MODELS:
         return run_tuned(model, data, masks, seed, epochs, budget, patience, metric, keep, dropout, units, device)
     config = gbpn_config(model, epochs=epochs, batch_size=batch_size, num_hops=2 if batch_size else None,
@@ -171,7 +176,7 @@ def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) 
 
 def _model_names() -> List[str]:
     return [*GBPN_MODELS, *(f"{v}:<{'|'.join(POTENTIALS)}>" for v in GBPN_MODELS), *BASELINE_MODELS, *LARGE_MODELS,
-            *TUNED_MODELS]
+            *TUNED_MODELS, *PUBLISHED_MODELS]
 
 
 def _read_rows(rows_dir: Path) -> List[Dict]:
@@ -187,10 +192,22 @@ def _read_rows(rows_dir: Path) -> List[Dict]:
     return rows
 
 
+def _selection_metric(rows: List[Dict], dataset: str) -> str:
+    """The metric ``dataset``'s runs selected their epochs on (the one most of them name; accuracy where none does,
+    or where a run did not record its test score under it)."""
+    names = [r.get("metric") or "accuracy" for r in rows if r["dataset"] == dataset]
+    metric = max(set(names), key=names.count) if names else "accuracy"
+    mine = [r for r in rows if r["dataset"] == dataset]
+    return metric if all(f"test_{metric}" in r for r in mine) else "accuracy"
+
+
 def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], trials: int) -> str:
+    """Markdown: a row per data set, its test score by the metric its runs selected on (a ROC AUC row says so)."""
     cells: Dict = {}
+    metrics = {ds: _selection_metric(rows, ds) for ds in datasets}
     for r in rows:
-        cells.setdefault((r["dataset"], r["model"]), []).append(100 * score_or_nan(r["test_accuracy"]))
+        cells.setdefault((r["dataset"], r["model"]), []).append(
+            100 * score_or_nan(r[f"test_{metrics.get(r['dataset'], 'accuracy')}"]))
     lines = ["| dataset | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
     for ds in datasets:
         stats = {m: cells.get((ds, m)) for m in models}
@@ -208,8 +225,12 @@ def _table(rows: List[Dict], models: Sequence[str], datasets: Sequence[str], tri
             if len(v) < trials:
                 txt += f" (n={len(v)})"  # an unfinished cell says how many trials it holds
             out.append(f"**{txt}**" if means[m] == best else txt)
-        lines.append(f"| {ds} | " + " | ".join(out) + " |")
+        name = ds if metrics[ds] == "accuracy" else f"{ds} ({METRIC_NAMES.get(metrics[ds], metrics[ds])})"
+        lines.append(f"| {name} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"
+
+
+METRIC_NAMES = {"roc_auc": "ROC AUC", "macro_f1": "macro F1"}
 
 
 def _cell(values: List[float]) -> str:
@@ -299,7 +320,8 @@ def run_grid(
     ``config.json`` and is not part of the grid's identity (a grid resumes on another device)."""
     out = Path(output)
     for m in models:
-        if gbpn_config(m) is None and m not in BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS + EXACT_MODELS:
+        known = BASELINE_MODELS + LARGE_MODELS + TUNED_MODELS + EXACT_MODELS + PUBLISHED_MODELS
+        if gbpn_config(m) is None and m not in known:
             raise GBPNError(f"unknown model {m!r}; choose from {', '.join(_model_names())}")
     check_budget(budget)  # before anything is written: a budget of 1e9 would search for ever
     grid = {"models": list(models), "datasets": list(datasets), "trials": trials, "epochs": epochs, "seed": seed,
@@ -468,7 +490,8 @@ def run_grid(
             "Test score (%), mean ± std; GBPN per encoder = the candidates inside the gbpn:auto runs "
             "(same seed and split); best per row in bold.\n\n" + potential_table(rows, datasets)))
     atomic_write(out / "table.md", lambda fh: fh.write(
-        f"Test accuracy (%), mean ± std over trials; best per row in bold. {len(rows)} runs, "
+        f"Test score (%) by each data set's selection metric (accuracy unless its row names another), mean ± std "
+        f"over trials; best per row in bold. {len(rows)} runs, "
         f"{total / 60:.1f} min of training in all" + (f" ({untimed} imported rows without a time)" if untimed else "")
         + ".\n\n" + table))
     return table

@@ -14,7 +14,8 @@ from gbpn.graph.adjacency import csr_adjacency
 def linear_map(x: Tensor, lin: nn.Linear) -> Tensor:
     """``lin(x)`` for a dense or sparse COO ``x`` (bag-of-words features stay sparse)."""
     if x.is_sparse:
-        return torch.sparse.mm(x, lin.weight.T) + lin.bias
+        out = torch.sparse.mm(x, lin.weight.T)
+        return out if lin.bias is None else out + lin.bias
     return lin(x)
 
 

@@ -26,7 +26,7 @@ class GNNEncoder(nn.Module):
     With ``separate=True`` the convolution sees neighbours only (no self-loops) and a node's
     own representation enters through its own weight :math:`W_{ego}` (SAGE's root weight;
     an extra linear map for GCN and GAT), as the strongest GNNs on heterophilous graphs do.
-    ``LN`` is LayerNorm when ``layer_norm`` is set, the identity otherwise.
+    ``LN`` is LayerNorm when ``layer_norm`` is set, BatchNorm when ``batch_norm`` is, the identity otherwise.
 
     Args:
         in_channels (int): node feature size.
@@ -39,11 +39,12 @@ class GNNEncoder(nn.Module):
         layer_norm (bool, optional): LayerNorm before each layer and the output. (default: ``False``)
         separate (bool, optional): separate ego weights, no self-loops. (default: ``True``)
         heads (int, optional): GAT attention heads (``hidden_channels`` is their total width). (default: ``4``)
+        batch_norm (bool, optional): BatchNorm where ``layer_norm`` puts LayerNorm (not both). (default: ``False``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, conv: str = "sage", hidden_channels: int = 256,
                  num_layers: int = 2, dropout: float = 0.0, residual: bool = False, layer_norm: bool = False,
-                 separate: bool = True, heads: int = 4):
+                 separate: bool = True, heads: int = 4, batch_norm: bool = False):
         super().__init__()
         if conv not in ("gcn", "sage", "gat"):
             raise GBPNError(f"unknown GNN encoder {conv!r}; choose gcn, sage or gat")
@@ -52,11 +53,13 @@ class GNNEncoder(nn.Module):
         if conv == "sage" and not separate:
             raise GBPNError("SAGE keeps a node's own representation apart by design (its root weight): "
                             "separate=False applies to gcn and gat")
+        if layer_norm and batch_norm:
+            raise GBPNError("choose one normalisation: --layer-norm or --batch-norm, not both")
         if conv == "gat" and hidden_channels % heads:
             raise GBPNError(f"GAT hidden width {hidden_channels} is not a multiple of heads={heads}")
         self.in_channels, self.out_channels, self.conv, self.hidden_channels = in_channels, out_channels, conv, hidden_channels
         self.num_layers, self.dropout, self.residual, self.layer_norm = num_layers, dropout, residual, layer_norm
-        self.separate, self.heads = separate, heads
+        self.separate, self.heads, self.batch_norm = separate, heads, batch_norm
         h = hidden_channels
         self.lin_in = nn.Linear(in_channels, h)
         if conv == "gcn":
@@ -69,7 +72,8 @@ class GNNEncoder(nn.Module):
         # SAGE carries its own root weight; GCN and GAT get one here
         self.egos = nn.ModuleList(nn.Linear(h, h, bias=False) for _ in range(num_layers)) \
             if separate and conv != "sage" else None
-        self.norms = nn.ModuleList(nn.LayerNorm(h) for _ in range(num_layers + 1)) if layer_norm else None
+        norm = nn.BatchNorm1d if batch_norm else nn.LayerNorm if layer_norm else None
+        self.norms = nn.ModuleList(norm(h) for _ in range(num_layers + 1)) if norm else None
         self.lin_out = nn.Linear(h, out_channels)
         self.reset_parameters()
 
@@ -117,7 +121,8 @@ class GNNEncoder(nn.Module):
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, conv={self.conv!r}, "
                 f"hidden={self.hidden_channels}, num_layers={self.num_layers}, residual={self.residual}, "
-                f"layer_norm={self.layer_norm}, separate={self.separate}, dropout={self.dropout})")
+                f"layer_norm={self.layer_norm}, batch_norm={self.batch_norm}, separate={self.separate}, "
+                f"dropout={self.dropout})")
 
 
 def builder(conv: str):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
-from gbpn.models.encoders.options import GNNOptions, SignOptions, check_sage
+from gbpn.models.encoders.options import BlockOptions, GNNOptions, SignOptions, check_sage
 
 if TYPE_CHECKING:
     from torch import nn
@@ -51,7 +51,13 @@ class EncoderSpec:
 
 
 _GNN = "gcn/sage/gat (PyG layers, full batch only)"
-_GNN_ACCEPTS = frozenset({"num_layers", "residual", "layer_norm", "separate", "heads"})
+_GNN_ACCEPTS = frozenset({"num_layers", "residual", "layer_norm", "batch_norm", "separate", "heads"})
+_CLASSIC = ("classic-gcn, classic-sage, classic-gat (deep GNNs with a linear skip, BatchNorm or LayerNorm after "
+            "each convolution, Luo et al. 2024; full batch)")
+_BLOCKS = ("resnet, res-gcn, res-sage, res-gat, res-gat-sep, res-gt, res-gt-sep (pre-normalised residual blocks "
+           "around a graph aggregation, Platonov et al. 2023; full batch)")
+# the residual-block encoders, named after their aggregation (resnet: none)
+BLOCK_ENCODERS = ("resnet", "res-gcn", "res-sage", "res-gat", "res-gat-sep", "res-gt", "res-gt-sep")
 SPECS: Tuple[EncoderSpec, ...] = (
     EncoderSpec("mlp", "mlp:build", "mlp (the paper's, own features only)", mini_batch=True,
                 precisions=("fp32", "bf16")),
@@ -61,6 +67,10 @@ SPECS: Tuple[EncoderSpec, ...] = (
     EncoderSpec("sage", "gnn:build_sage", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS,
                 check=check_sage),
     EncoderSpec("gat", "gnn:build_gat", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
+    *(EncoderSpec(f"classic-{conv}", f"classic:build_classic_{conv}", _CLASSIC, GNNOptions, "gnn",
+                  accepts=_GNN_ACCEPTS - {"separate"}) for conv in ("gcn", "sage", "gat")),
+    *(EncoderSpec(name, f"residual:build_{name.replace('-', '_')}", _BLOCKS, BlockOptions, "block",
+                  accepts=frozenset({"blocks", "heads", "ffn_multiplier"})) for name in BLOCK_ENCODERS),
     EncoderSpec("dagnn", "dagnn:build", "dagnn (an MLP's outputs propagated 10 hops with learned retention; full "
                 "batch)", accepts=frozenset({"K"})),
     EncoderSpec("linkx", "linkx:build", "linkx (a node's features and adjacency row mapped apart; full batch, tied "
