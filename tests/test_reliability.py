@@ -470,6 +470,15 @@ def test_an_infinite_budget_in_a_config_file_is_refused(recorded, tmp_path, caps
     assert "to 1000, got inf" in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+def test_a_convergence_study_beyond_any_use_is_a_usage_error(tmp_path, capsys):
+    """It reruns BP for every step count: --steps 100000000 never returned."""
+    with pytest.raises(SystemExit) as ex:
+        main(["analyze", "convergence", "--checkpoint", str(tmp_path / "m.pt"), "--steps", "100000000", "--output",
+              str(tmp_path / "c")])
+    assert ex.value.code == 2 and "argument --steps: must be at most 10000" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_running_out_of_memory_names_the_sizes(graph, tmp_path, capsys, monkeypatch):
     import gbpn.experiments.runner as runner
 

@@ -20,6 +20,7 @@ from gbpn.cli.options import (
     add_study_args,
     add_threads,
     add_wait,
+    count,
     given,
 )
 from gbpn.cli.output import locked, mean_std, ratio
@@ -27,6 +28,8 @@ from gbpn.cli.predict import loaded
 from gbpn.errors import GBPNError
 
 KINDS = ["ising+", "ising-", "mrf+", "mrf-"]
+# `analyze convergence --steps`: 10000 steps is 5e7 BP steps in all, hours on a large graph; 1e8 never ended
+MAX_STUDY_STEPS = 10_000
 
 
 def add_parser(sub, common) -> None:
@@ -37,7 +40,9 @@ def add_parser(sub, common) -> None:
     conv = asub.add_parser("convergence", parents=common,
                            help="residual and accuracy per BP step; when each node's prediction settles")
     add_checkpoint_args(conv)
-    conv.add_argument("--steps", type=POSITIVE, default=20, help="BP steps T to run (default: 20)")
+    conv.add_argument("--steps", type=count(1, MAX_STUDY_STEPS, " (the study reruns BP for every step count: "
+                                                                "its work grows with the square)"),
+                      default=20, help=f"BP steps T to run (default: 20, at most {MAX_STUDY_STEPS})")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     add_wait(conv)
     add_threads(conv)

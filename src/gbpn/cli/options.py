@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from gbpn.train.config import OPTIONS, PARTS
 
@@ -28,8 +28,9 @@ PART_TITLES = {"model": "model and BP", "encoder": "potential encoder", "optim":
                "sampling": "mini-batch training on sampled trees", "evaluation": "evaluation"}
 
 
-def count(low: int):
-    """An argparse type: a whole number >= ``low`` (a clear usage error, before anything runs)."""
+def count(low: int, high: Optional[int] = None, why: str = ""):
+    """An argparse type: a whole number >= ``low`` and, given ``high``, <= ``high`` (``why`` says why that bound),
+    a clear usage error before anything runs."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -37,6 +38,8 @@ def count(low: int):
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}{why}, got {value}")
         return value
     return parse
 
