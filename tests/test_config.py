@@ -30,7 +30,8 @@ def test_an_old_flat_config_maps_to_the_parts():
     nested = config.to_dict()
     assert set(nested) == {"model", "encoder", "optim", "sampling", "evaluation", "device"}
     assert nested["encoder"] == {"potential": "sign", "separate": False, "sign": {"hops": 3},
-                                 "gnn": {"num_layers": 1, "residual": True, "layer_norm": True}}
+                                 "gnn": {"num_layers": 1, "residual": True, "layer_norm": True, "batch_norm": False},
+                                 "block": {"blocks": 2}}
     assert TrainConfig.from_dict(nested) == config
     assert config.potential_options() == {"hops": 3, "separate": False}
 
@@ -75,14 +76,15 @@ def test_train_flags_are_generated_from_the_fields():
     assert actions["potential_layers"].option_strings == ["--potential-layers"]
     args = build_parser().parse_args(["train", "--no-separate", "--potential", "gcn", "--potential-layers", "3", "-K", "2"])
     config = TrainConfig(**{name: getattr(args, name) for name in OPTIONS if name in args})
-    assert config.potential_options() == {"num_layers": 3, "residual": False, "layer_norm": False, "separate": False}
+    assert config.potential_options() == {"num_layers": 3, "residual": False, "layer_norm": False, "batch_norm": False,
+                                          "separate": False}
     assert config.num_steps == 2
 
 
 def test_options_of_an_encoder_that_does_not_read_them_are_refused():
     from gbpn.api import check_applicable
 
-    with pytest.raises(GBPNError, match=r"--potential-layers: only for --potential gcn, sage or gat"):
+    with pytest.raises(GBPNError, match=r"--potential-layers: only for --potential gcn, sage, gat, classic-gcn, classic-sage or classic-gat"):
         check_applicable(TrainConfig(potential="sign"), {"potential_layers": "--potential-layers"})
     with pytest.raises(GBPNError, match=r"--potential-hops: only for --potential sign"):
         check_applicable(TrainConfig(), {"potential_hops": "--potential-hops"})

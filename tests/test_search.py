@@ -15,14 +15,19 @@ class Toy:
     result's test score is the opposite, so a search that read it would choose otherwise. ``log`` gets
     ``(index, from_epoch, to_epoch)`` of every advance."""
 
-    def __init__(self, i, score, slope, cost, log, final=100, loss=1.0):
+    def __init__(self, i, score, slope, cost, log, final=100, loss=1.0, val_loss=1.0, val_loss_slope=0.0):
         self.i, self.score, self.slope, self.cost, self.log, self.loss = i, score, slope, cost, log, loss
+        self.val_loss0, self.val_loss_slope = val_loss, val_loss_slope
         self.selection = SimpleNamespace(history=[], epochs=final)
         self.epoch = 0
 
     @property
     def val(self):
         return self.score + self.slope * self.epoch if self.epoch else -math.inf
+
+    @property
+    def val_loss(self):
+        return self.val_loss0 + self.val_loss_slope * self.epoch if self.epoch else math.inf
 
     def advance(self, until, progress=False):
         until = min(until, self.selection.epochs)
@@ -43,12 +48,13 @@ class Toy:
         self.epoch = state["epoch"]
 
 
-def toy(scores, slopes=None, costs=None, losses=None, final=100):
+def toy(scores, slopes=None, costs=None, losses=None, final=100, val_losses=None, val_loss_slopes=None):
     log = []
 
     def start(i, params):
         return Toy(i, scores[i], slopes[i] if slopes else 0.0, costs[i] if costs else 1.0, log, final,
-                   losses[i] if losses else 1.0)
+                   losses[i] if losses else 1.0, val_losses[i] if val_losses else 1.0,
+                   val_loss_slopes[i] if val_loss_slopes else 0.0)
     return start, log, lambda fn: (lambda s: (s, s.cost))(fn())
 
 
@@ -70,7 +76,7 @@ def test_successive_halving_keeps_the_best_third_at_each_rung_and_continues_it()
     assert not any(a == 0 and i in (1, 4, 6) and b > 1 for i, a, b in log)  # never trained again from the start
     records = search["configurations"]
     assert [len(r["rungs"]) for r in records] == [1, 2, 1, 1, 2, 1, 2, 1, 1]
-    assert records[4]["rungs"][1] == {"epoch": 3, "val": 0.8, "loss": 1.0, "epochs_run": 3}
+    assert records[4]["rungs"][1] == {"epoch": 3, "val": 0.8, "loss": 1.0, "val_loss": 1.0, "epochs_run": 3}
 
 
 def test_successive_halving_ranks_each_rung_on_its_own_scores():
@@ -90,6 +96,24 @@ def test_the_last_rung_goes_on_as_far_as_the_allowance_left_pays_for():
     assert search["spent_cost"] <= search["allowance"] == 40
     # never past a run's epochs
     assert halving(scores, budget=10, run=12, final=100)[2]["rungs"] == [[9, 1], [3, 12]]
+
+
+def test_a_slow_learner_survives_the_first_rung_on_its_validation_loss():
+    # after one epoch config 0 (a small learning rate) still predicts the majority class (0.40) while 1-5 have
+    # moved (0.45-0.50) by fitting noise; its validation loss already falls fastest, and it ends the best
+    scores, slopes = [0.40, 0.50, 0.48, 0.47, 0.46, 0.45], [0.05, 0.0, 0.0, 0.0, 0.0, 0.0]
+    val_losses = [0.60, 0.70, 0.71, 0.72, 0.73, 0.74]
+    chosen, *_, log = halving(scores, slopes=slopes, val_losses=val_losses, budget=2, run=20)
+    assert 0 in {i for i, a, b in log if a == 1} and chosen == 0
+    # ranked on the score at every rung, as before, it dies at the first one
+    _, *_, log = halving(scores, slopes=slopes, budget=2, run=20)
+    assert 0 not in {i for i, a, b in log if a == 1}
+
+
+def test_the_last_rung_ranks_on_the_score_not_the_loss():
+    # the finalists: config 1 is better calibrated (lower validation loss) but config 0 scores higher; one rung
+    chosen, _, search, _ = halving([0.9, 0.8], val_losses=[0.9, 0.1], budget=2, run=20)
+    assert len(search["rungs"]) == 1 and chosen == 0
 
 
 def test_ties_go_to_the_lower_loss_then_the_earlier_and_nan_never_goes_on():

@@ -13,6 +13,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -99,6 +100,12 @@ class Selection:
         """The best validation score so far (``-inf`` before the first epoch)."""
         return self.best[self.key]
 
+    @property
+    def val_loss(self) -> float:
+        """The lowest validation cross-entropy so far (``inf`` before the first epoch): a budgeted search's early
+        ranking, finer than a score that many configurations share after a few epochs."""
+        return min((r.get("val_loss", math.inf) for r in self.history), default=math.inf)
+
     def advance(self, until: int, progress: bool = False) -> "Selection":
         """Train epochs ``epoch .. until - 1`` (at most ``epochs``; none once stopped by patience or divergence)."""
         start = time.perf_counter()
@@ -154,6 +161,7 @@ class Selection:
             for name in dict.fromkeys(("accuracy", self.metric)):
                 for split, mask in zip(("train", "val", "test"), self.masks):
                     row[f"{split}_{name}"] = score(name, out, self.y, mask)
+            row["val_loss"] = validation_loss(out, self.y, self.masks[1])
         row["seconds"] = time.perf_counter() - start  # this epoch's training and scoring
         self.history.append(row)
         epoch_done(self.desc, row)  # to a listener, if any (--tensorboard)
@@ -191,6 +199,15 @@ class Selection:
     def load_state_dict(self, state: Dict) -> None:
         for k in self._STATE:
             setattr(self, k, state[k])
+
+
+def validation_loss(out: Tensor, y: Tensor, mask: Tensor) -> float:
+    """Cross-entropy of ``out`` (logits or log-probabilities ``[N, c]``) on ``mask``'s nodes; ``inf`` where it is
+    not finite or ``mask`` holds none."""
+    if not bool(mask.any()):
+        return math.inf
+    loss = float(F.cross_entropy(out[mask].float(), y[mask]))
+    return loss if math.isfinite(loss) else math.inf
 
 
 def diverged(model: torch.nn.Module) -> Optional[str]:

@@ -219,14 +219,15 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
                        measure: Callable = counted) -> Tuple[int, object, Dict]:
     """Search ``configs`` within ``schedule``'s budget (see the module). ``start(index, params)`` builds a
     configuration's :class:`~gbpn.train.session.Session` (seeded, untrained); ``measure(fn)`` runs ``fn`` and
-    returns its result and cost (:func:`gbpn.train.cost.counted`). Rankings read :attr:`Session.val` (ties: the lower
-    last training loss, then the earlier configuration; NaN never goes on before a number), never a test score; a configuration that fails
+    returns its result and cost (:func:`gbpn.train.cost.counted`). Rankings (:func:`_rank`) read the validation loss
+    (:attr:`Session.val_loss`) at every rung but the last and :attr:`Session.val` there, never a test score; a
+    configuration that fails
     (:class:`~gbpn.errors.GBPNError`: diverged) loses. With ``units``, every configuration's first-epoch record
     and each rung's states are kept there, and a search run again resumes from them.
 
     Returns the index of the configuration kept, its finished training's result (``Session.finish``) and the
     search's record: ``configurations`` (each one's ``params``, ``cost`` per epoch, whether ``admitted``, and
-    its ``rungs``: epoch, validation score), ``allowance``, ``planned_cost``, ``spent_cost`` and ``other_epochs`` (what
+    its ``rungs``: epoch, validation score and loss), ``allowance``, ``planned_cost``, ``spent_cost`` and ``other_epochs`` (what
     the search trained besides the kept configuration's run), ``run_cost`` (the kept one's whole training) and ``seconds``."""
     began = time.perf_counter()
     records = [{"id": i, "params": dict(p), "cost": None, "admitted": False, "rungs": []} for i, p in enumerate(configs)]
@@ -287,12 +288,11 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
                 logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
             trained[i] = s.epoch
             records[i]["rungs"].append({"epoch": epoch, "val": _finite_or_none(s.val), "loss": _loss(s),
-                                        "epochs_run": s.epoch})
+                                        "val_loss": _finite_or_none(s.val_loss), "epochs_run": s.epoch})
             if units is not None:
                 units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
         keep = rungs[k + 1][0] if k + 1 < len(rungs) else 1
-        # early on many share a score (the majority class): the lower training loss, still falling, goes first
-        ranked = sorted(alive, key=lambda i: (-_finite(sessions[i].val), _loss(sessions[i]), i))
+        ranked = sorted(alive, key=lambda i: _rank(sessions[i], i, last=k == len(rungs) - 1))
         alive = sorted(ranked[:keep])
         for i in ranked[keep:]:
             del sessions[i]  # a configuration left behind frees its model and precomputed features
@@ -307,6 +307,20 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
                             if costs else 0.0, "planned_cost": schedule.cost(costs), "spent_cost": spent,
                             "other_epochs": sum(trained[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
                             "seconds": time.perf_counter() - began}
+
+
+def _rank(session, i: int, last: bool) -> Tuple:
+    """Sort key of a configuration at a rung (the best first). The last rung, which picks the one kept, ranks on the
+    validation score, as the final choice of an epoch does; earlier rungs on the lowest validation loss so far. After
+    a few epochs many configurations share a score (the majority class; every candidate within a point on Sexual
+    and Election after 5 epochs), while the loss already orders them by how well they predict, and it moves for a
+    slow learner (a small learning rate) whose predictions have not yet flipped. Ties: the higher score, the lower
+    training loss, the earlier configuration; NaN never goes on before a number."""
+    by_score = (-_finite(session.val), _loss(session), i)
+    if last:
+        return by_score
+    loss = session.val_loss
+    return (loss if isinstance(loss, (int, float)) and loss == loss else math.inf, *by_score)
 
 
 def _loss(session) -> float:

@@ -37,6 +37,10 @@ class Session:
         return self.selection.val
 
     @property
+    def val_loss(self) -> float:
+        return self.selection.val_loss
+
+    @property
     def epoch(self) -> int:
         return self.selection.epoch
 
