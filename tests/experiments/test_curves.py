@@ -38,7 +38,7 @@ def test_every_trial_writes_its_per_epoch_history(run):
     _, _, out = run
     with open(out / "history.csv", newline="") as fh:
         header = next(csv.reader(fh))
-    assert header == ["trial", "epoch", "loss", "train_accuracy", "val_accuracy", "seconds"]  # no test score
+    assert header == ["trial", "epoch", "loss", "train_accuracy", "val_accuracy", "val_loss", "seconds"]  # no test
     rows = read_history(out / "history.csv")
     assert [(r["trial"], r["epoch"]) for r in rows] == [(t, e) for t in (0, 1) for e in range(3)]
     assert all(math.isfinite(r["loss"]) and r["seconds"] > 0 and 0 <= r["val_accuracy"] <= 1 for r in rows)
@@ -60,7 +60,7 @@ def test_a_resumed_run_has_each_trials_rows_once(run, tmp_path):
     before = read_history(copy / "history.csv")
     # trial 2 wrote its rows, then the run stopped before metrics.json listed it: a rerun trains it again
     with open(copy / "history.csv", "a") as fh:
-        fh.write("2,0,9.0,0.5,0.5,1.0\n2,1,9.0,0.5,0.5,1.0\n")
+        fh.write("2,0,9.0,0.5,0.5,0.7,1.0\n2,1,9.0,0.5,0.5,0.7,1.0\n")
     run_trials(str(g), cfg, trials=3, output=copy, progress=False, log=lambda m: None)
     after = read_history(copy / "history.csv")
     assert after[:6] == before
@@ -114,7 +114,8 @@ def test_tensorboard_gets_every_epochs_scalars(tmp_path):
     for trial in (0, 1):
         events = EventAccumulator(str(tmp_path / "tb" / f"trial_{trial}"))
         events.Reload()
-        assert set(events.Tags()["scalars"]) == {"loss/train", "accuracy/train", "accuracy/val", "seconds/epoch"}
+        assert set(events.Tags()["scalars"]) == {"loss/train", "loss/val", "accuracy/train", "accuracy/val",
+                                                 "seconds/epoch"}
         mine = [r for r in rows if r["trial"] == trial]
         for tag, key in (("loss/train", "loss"), ("accuracy/val", "val_accuracy")):
             assert [(e.step, e.value) for e in events.Scalars(tag)] == [

@@ -3,8 +3,8 @@
 ``history.csv`` in a run folder holds one row per epoch of every finished trial:
 ``trial`` (as in ``metrics.json`` and ``splits/trial_K.npz``), ``epoch`` (from 0, as ``best_epoch`` in
 ``metrics.json``), ``loss`` (the epoch's training loss), ``train_<score>`` and ``val_<score>`` for accuracy
-and, where the run selects on another metric, for that one, and ``seconds`` (the epoch's training and
-scoring). Test scores are left out: a curve is for choosing settings, which the test split must not see.
+and, where the run selects on another metric, for that one, ``val_loss`` (cross-entropy on the validation
+nodes) and ``seconds`` (the epoch's training and scoring). Test scores are left out: a curve is for choosing settings, which the test split must not see.
 It is rewritten atomically after each trial, before ``metrics.json`` records the trial, and keeps only the
 rows of trials that ``metrics.json`` lists: a run resumed after an interruption has each trial's rows once.
 
@@ -88,6 +88,8 @@ def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
         epochs = [r["epoch"] for r in mine]
         colour = f"C{k % 10}"
         ax_loss.plot(epochs, [r["loss"] for r in mine], color=colour, lw=1, label=f"trial {trial}")
+        if "val_loss" in mine[0]:
+            ax_loss.plot(epochs, [r["val_loss"] for r in mine], color=colour, lw=1, ls="--")
         val = [100 * r[f"val_{metric}"] for r in mine]
         ax_val.plot(epochs, val, color=colour, lw=1, label=f"trial {trial}")
         best = trials.get(trial, {}).get("best_epoch")
@@ -96,7 +98,8 @@ def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
             at = max(range(len(val)), key=lambda i: (val[i] if val[i] == val[i] else -math.inf, -i))
         ax_val.plot([epochs[at]], [val[at]], "o", color=colour, ms=6)
         ax_loss.axvline(epochs[at], color=colour, lw=0.6, ls=":")
-    ax_loss.set(xlabel="epoch", ylabel="training loss", title="training loss")
+    ax_loss.set(xlabel="epoch", ylabel="loss", title="training loss" + (" (dashed: validation)" if "val_loss" in rows[0]
+                                                                          else ""))
     ax_val.set(xlabel="epoch", ylabel=f"validation {metric.replace('_', ' ')} (%)",
                title=f"validation {metric.replace('_', ' ')} (dot: the epoch kept)")
     ax_val.legend(fontsize="small", loc="lower right")
@@ -119,8 +122,8 @@ def summary_writer():
 
 
 class TensorBoardLog:
-    """One trial's epochs as TensorBoard scalars in ``folder``: ``loss/train``, ``<score>/train``, ``<score>/val``
-    and ``seconds/epoch`` at step ``epoch`` (from 0, as in ``history.csv``). A trial that trains several models
+    """One trial's epochs as TensorBoard scalars in ``folder``: ``loss/train``, ``loss/val``, ``<score>/train``,
+    ``<score>/val`` and ``seconds/epoch`` at step ``epoch`` (from 0, as in ``history.csv``). A trial that trains several models
     (``--potential auto``) gives each its own run, in a sub-folder named after it. ``folder`` is emptied first: a
     trial run again after an interruption starts its curves again."""
 
