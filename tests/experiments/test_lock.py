@@ -94,3 +94,40 @@ def test_a_second_training_into_a_running_ones_folder_fails_at_once(tmp_path):
     lock = lock_folder(out)
     assert lock is not None
     release(lock)
+
+
+WAIT = ("import sys; from gbpn.experiments.lock import try_lock; lock = try_lock(__import__('pathlib').Path(sys.argv[1]), "
+        "wait=True); print('held', flush=True); sys.stdin.read()")
+
+
+def test_removing_a_released_lock_file_never_gives_two_holders(tmp_path):
+    """A process waiting on the lock file that its holder removes on release gets the lock; then no one
+    else does, through a new file at the same path."""
+    lock = lock_folder(tmp_path)
+    waiter = subprocess.Popen([sys.executable, "-c", WAIT, str(tmp_path / FOLDER_LOCK)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # the waiter has opened the file and waits on it
+        release(lock, remove=True)
+        assert waiter.stdout.readline().strip() == "held"
+        assert lock_folder(tmp_path) is None and (tmp_path / FOLDER_LOCK).exists()
+    finally:
+        waiter.stdin.close()
+        waiter.wait(30)
+
+
+def test_finished_commands_leave_no_lock_file(tmp_path, capsys):
+    import numpy as np
+
+    from gbpn.cli import main
+
+    n, rng = 30, np.random.default_rng(0)
+    y = np.arange(n) % 2
+    np.savetxt(tmp_path / "edges.csv", np.stack([np.arange(n), (np.arange(n) + 1) % n], 1), fmt="%d", delimiter=",")
+    np.savetxt(tmp_path / "features.csv", y[:, None] + rng.normal(0, 1, (n, 2)), delimiter=",")
+    np.savetxt(tmp_path / "labels.csv", y, fmt="%d")
+    run = tmp_path / "run"
+    assert main(["train", "--dataset", str(tmp_path), "--epochs", "2", "--hidden", "8", "--output", str(run), "-q"]) == 0
+    assert main(["predict", "--checkpoint", str(run / "model.pt"), "-q"]) == 0
+    assert main(["coupling", "--checkpoint", str(run / "model.pt"), "-q"]) == 0
+    assert not [p.name for p in run.iterdir() if p.name.startswith(FOLDER_LOCK)]

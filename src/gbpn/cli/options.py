@@ -19,7 +19,7 @@ from gbpn.train.config import OPTIONS, PARTS
 
 DEFAULT_DATASET = "synth-ising+"
 DATA_DIR_HELP = "folder with the raw data (default: $GBPN_DATA, else ~/.cache/gbpn/data)"
-THREADS_HELP = "torch CPU threads (default: 1, measured faster than 2 on a busy 2-core machine; see the README)"
+THREADS_HELP = "torch CPU threads (default: 1, measured faster than 2 on a busy 2-core machine; see docs/usage.md)"
 KNOWN_HELP = ("labels clamped as evidence: none (inductive), train (the checkpoint's training split), labeled "
               "(every node with a label >= 0: test labels leak into the output if you then score it); "
               "auto (default): train for gbpn, none for gbpn-i")

@@ -23,7 +23,7 @@ def locked(folder: Union[str, Path], wait: bool = False, what: str = "--output")
     """Hold ``folder``'s lock (the one ``gbpn train`` holds on its run folder) while a command writes
     into it: a second command into the same folder stops at once naming the holder, or with ``wait``
     waits for it. Only the first process of a ``torchrun`` group takes it."""
-    from gbpn.experiments.lock import FOLDER_LOCK, folder_busy, lock_folder, release
+    from gbpn.experiments.lock import folder_busy, lock_folder, release
 
     if int(os.environ.get("RANK", "0")) != 0:
         yield
@@ -38,9 +38,7 @@ def locked(folder: Union[str, Path], wait: bool = False, what: str = "--output")
         yield
         failed = False
     finally:
-        # a command that stopped with an error leaves no folder of its own making behind (it made the lock only)
-        ours = {FOLDER_LOCK, FOLDER_LOCK + ".holder"}
-        release(lock, remove=failed and new and {p.name for p in folder.iterdir()} <= ours)
+        release(lock, remove=True)  # no empty lock file left behind (one waiting on it locks the path anew)
         if failed and new:
             with contextlib.suppress(OSError):
                 folder.rmdir()

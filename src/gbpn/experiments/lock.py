@@ -3,9 +3,10 @@
 A lock is a file, ``<name>.lock``, that one process holds open and locked; the kernel drops the lock
 when that process ends, however it ends (an error, Ctrl-C, ``kill -9``), so a lock is never left
 stale. Beside it, ``<name>.lock.holder`` says who holds it (pid, host, start time, command) for the
-error another process gets; it is removed on release. The ``.lock`` file itself stays (unless the
-work it guards is done, see :func:`release`): removing a lock file while another process may be
-opening it would let two processes hold "the same" lock.
+error another process gets; it is removed on release. A finished run removes the ``.lock`` file too
+(:func:`release`): a process that was waiting on the removed file, and so holds a lock no one else can
+see, finds on acquiring that the path no longer names its file and locks it anew (:func:`try_lock`),
+so two processes never hold "the same" lock.
 """
 from __future__ import annotations
 
@@ -41,10 +42,14 @@ def try_lock(lock_path: Path, wait: bool = False) -> Optional[FileLock]:
     another call in this one) holds it. ``wait``: wait for it instead."""
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(lock_path)
-    try:
-        lock.acquire(timeout=-1 if wait else 0)
-    except Timeout:
-        return None
+    while True:
+        try:
+            lock.acquire(timeout=-1 if wait else 0)
+        except Timeout:
+            return None
+        if _still_at(lock):
+            break
+        lock.release()  # its file was removed (its holder finished) while this one waited on it: lock the path's
     try:
         argv = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
         _holder_file(lock_path).write_text(f"pid {os.getpid()} on {socket.gethostname()}, since "
@@ -54,10 +59,21 @@ def try_lock(lock_path: Path, wait: bool = False) -> Optional[FileLock]:
     return lock
 
 
+def _still_at(lock: FileLock) -> bool:
+    """Whether the file ``lock`` holds is still the one its path names (not removed, nor replaced)."""
+    fd = getattr(getattr(lock, "_context", None), "lock_file_fd", None)  # filelock's descriptor of the held file
+    if fd is None:
+        return True  # cannot tell: as filelock has it
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(lock.lock_file))
+    except OSError:
+        return False
+
+
 def release(lock: FileLock, remove: bool = False) -> None:
     """Remove the holder file of a lock from :func:`try_lock` (while still holding it), then release it.
-    ``remove`` removes the lock file too, which is safe only where whoever locks it next, through the
-    old file or a new one, finds the work done (a grid's run checks for its row once it holds the lock)."""
+    ``remove`` removes the lock file too (work done: no empty lock file left behind); a process waiting on it
+    locks the path anew (:func:`try_lock`)."""
     path = Path(lock.lock_file)
     _holder_file(path).unlink(missing_ok=True)
     if remove:
@@ -70,7 +86,7 @@ def is_held(lock_path: Path) -> bool:
     lock = try_lock(lock_path)
     if lock is None:
         return True
-    release(lock)
+    release(lock, remove=True)
     return False
 
 

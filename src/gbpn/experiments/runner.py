@@ -289,7 +289,7 @@ def run_trials(
         if bar is not None:
             bar.close()
         if lock is not None:
-            release(lock)
+            release(lock, remove=True)  # no empty lock file left in the run folder
     return result
 
 
