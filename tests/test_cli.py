@@ -348,7 +348,7 @@ def test_one_trial_reports_no_spread(tmp_path, capsys):
     g, _ = _graph_folder(tmp_path / "g")
     code, out, _ = run(["train", "--dataset", str(g), "--epochs", "2", "--hidden", "8", "--output",
                         str(tmp_path / "o"), "-q"], capsys)
-    assert code == 0 and "over 1 trial(s)" in out and "±" not in out
+    assert code == 0 and "(1 trial)" in out and "±" not in out
 
 
 def test_save_trials_keeps_every_checkpoint_and_prediction(tmp_path, capsys):

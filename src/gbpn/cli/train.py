@@ -65,5 +65,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"{dataset_name(dataset)} {config.variant}: test accuracy {mean_std(s, 'test_accuracy')}"
           + (f", illicit-class F1 {mean_std(s, 'test_f1')}" if "test_f1_mean" in s else "")
           + (f", ROC AUC {mean_std(s, 'test_roc_auc')}" if "test_roc_auc_mean" in s else "")
-          + f" over {s['num_trials']} trial(s); run saved in {output}")
+          + (f" (mean ± std over {s['num_trials']} trials)" if s["num_trials"] > 1 else " (1 trial)")
+          + _kept(result["trials"], config.potential) + f"; run saved in {output}")
     return 0
+
+
+def _kept(trials, potential: str) -> str:
+    """``--potential auto``: which encoder each trial kept (``"; kept sage in 2 trials, gcn in 1"``)."""
+    if potential != "auto":
+        return ""
+    names = [t.get("potential", "?") for t in trials]
+    counts = sorted(((names.count(n), n) for n in set(names)), key=lambda cn: (-cn[0], cn[1]))
+    return "; kept " + ", ".join(f"{n} in {c} trial{'s' if c > 1 else ''}" for c, n in counts)
