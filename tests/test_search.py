@@ -230,9 +230,17 @@ def test_budgeted_auto_and_tuned_baselines_draw_anchors_at_the_fastest_learning_
     with pytest.raises(KeyboardInterrupt):
         tuned.fit_tuned("gcn", data, masks, epochs=12)
     gbpn_configs, gcn_configs = seen
-    assert [c["potential"] for c in gbpn_configs[:6]] == ["mlp", "sign", "sage", "gcn", "dagnn", "linkx"]
-    assert all(c["lr"] == 1e-2 for c in gbpn_configs[:6]) and gcn_configs[0]["lr"] == 1e-2
-    assert {c["lr"] for c in gbpn_configs + gcn_configs} <= {3e-3, 1e-2}
+    # exhaustive auto's encoders, then the published configurations, all at the fastest learning rate
+    assert [c["potential"] for c in gbpn_configs[:8]] == ["mlp", "sign", "sage", "gcn", "dagnn", "linkx", "res-sage",
+                                                           "classic-gcn"]
+    assert all(c["lr"] == 1e-2 for c in gbpn_configs[:8]) and {c["lr"] for c in gcn_configs[:2]} == {1e-2}
+    assert gbpn_configs[6] == {**gbpn_configs[6], "potential_blocks": 3, "hidden": 512, "dropout": 0.2}
+    assert gbpn_configs[7] == {**gbpn_configs[7], "potential_layers": 4, "residual": True, "batch_norm": True,
+                               "hidden": 256, "dropout": 0.7}
+    assert gcn_configs[1] == {**gcn_configs[1], "num_layers": 4, "residual": True, "batch_norm": True}
+    assert {c["lr"] for c in gbpn_configs + gcn_configs} <= {1e-3, 3e-3, 1e-2}
+    # one normalisation per configuration: BatchNorm is not drawn beside LayerNorm
+    assert not any(c.get("layer_norm") and c.get("batch_norm") for c in gbpn_configs + gcn_configs)
 
 
 # --- whole trainings ---------------------------------------------------------------------------------------
@@ -444,7 +452,8 @@ def test_gbpn_train_interrupted_between_auto_candidates_resumes_there(tmp_path, 
 def test_a_tuned_benchmark_row_interrupted_mid_search_resumes_at_its_rungs(tmp_path, monkeypatch):
     from gbpn.experiments.benchmark import run_grid
 
-    grid = dict(models=["gcn-sep:tuned"], datasets=["synth-ising+"], trials=1, epochs=9, progress=False,
+    # budget 4: rungs to resume (at 2, only the two-layer anchor fits runs of 9 epochs, and the cut lands in its run)
+    grid = dict(models=["gcn-sep:tuned"], datasets=["synth-ising+"], trials=1, epochs=9, budget=4, progress=False,
                 log=lambda s: None)
     calls = _epochs_interrupting(monkeypatch, None)
     run_grid(output=tmp_path / "clean", **grid)

@@ -1,5 +1,5 @@
 """Tuned GNN baselines: GCN, SAGE and GAT whose depth, width, dropout, learning rate, residual connections and
-LayerNorm are searched on validation under the same budget as GBPN's ``--potential auto --budget``.
+normalisation (LayerNorm or BatchNorm) are searched on validation under the same budget as GBPN's ``--potential auto --budget``.
 
 The network is :class:`~gbpn.models.encoders.gnn.GNNEncoder` (the stack GBPN's GNN potentials use) trained
 alone with cross-entropy, as the strongest GNNs on heterophilous graphs are: an input map, ``L`` PyG
@@ -16,7 +16,9 @@ always does (its root weight).
 ===========  ======================================
 
 The search (:mod:`gbpn.train.search`) starts from the two-layer setting (2 layers, 256 units, the paper's dropout
-rule, the space's largest learning rate) and draws the rest from :data:`BASELINE_SPACE`; the configuration it
+rule) and Luo et al.'s deep one (4 layers, residual connections, BatchNorm, dropout 0.7), both at
+the space's largest learning rate, and draws the rest from :data:`BASELINE_SPACE` (up to 15 layers, LayerNorm or
+BatchNorm); the configuration it
 keeps trains on to ``epochs`` (with ``patience``) from where its last rung stopped. Its validation scores alone choose: test scores are reported, never read.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from gbpn.baselines.training import checked_inputs, start_full_batch
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
 from gbpn.train.config import default_dropout
-from gbpn.train.search import (DEPTHS, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
+from gbpn.train.search import (DEEP, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
                                sample, successive_halving)
 from gbpn.train.units import Units
 
@@ -41,8 +43,11 @@ logger = logging.getLogger("gbpn")
 
 TUNED: Dict[str, Tuple[str, bool]] = {"gcn": ("gcn", False), "gcn-sep": ("gcn", True), "sage": ("sage", True),
                                       "gat": ("gat", False), "gat-sep": ("gat", True)}
-BASELINE_SPACE: Dict[str, list] = {"num_layers": DEPTHS, "residual": SWITCHES, "layer_norm": SWITCHES, **NETWORK_SPACE}
-_TWO_LAYER = {"num_layers": 2, "residual": False, "layer_norm": False, "hidden": 256, "lr": 1e-3}
+BASELINE_SPACE: Dict[str, list] = {"num_layers": DEEP, "residual": SWITCHES, "layer_norm": SWITCHES,
+                                   "batch_norm": SWITCHES, **NETWORK_SPACE}
+_TWO_LAYER = {"num_layers": 2, "residual": False, "layer_norm": False, "batch_norm": False, "hidden": 256, "lr": 1e-3}
+# the deep, normalised setting of Luo et al. (their Squirrel GCN): a second anchor
+_DEEP = {"num_layers": 4, "residual": True, "layer_norm": False, "batch_norm": True, "hidden": 256, "dropout": 0.7}
 
 
 def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int = 0, epochs: int = 500,
@@ -68,8 +73,9 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
     c = int(data.num_classes)
     schedule = plan(epochs, budget, patience)
     anchor = {**_TWO_LAYER, "dropout": default_dropout(data.num_features, int(masks[0].sum()))}
-    configs = sample(space, max_configurations(schedule, 1), seed,
-                     [at_fastest_lr({k: v for k, v in anchor.items() if k in space}, space)])
+    anchors = [at_fastest_lr({k: v for k, v in {**anchor, **a}.items() if k in space}, space) for a in ({}, _DEEP)]
+    configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
+                     reads=lambda option, params: option != "batch_norm" or not params.get("layer_norm"))
     store = Units(units, {"baseline": name, "epochs": epochs, "budget": budget, "patience": patience, "metric": metric,
                           "weight_decay": weight_decay, "space": space}, seed, masks)
     inputs = GNNEncoder(1, 1, conv, 4, 1, separate=separate).precompute(x, data.edge_index.to(dev))  # once for all
@@ -78,7 +84,7 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         p = {**anchor, **params}
         torch.manual_seed(seed)
         model = GNNEncoder(data.num_features, c, conv, p["hidden"], p["num_layers"], p["dropout"], p["residual"],
-                           p["layer_norm"], separate).to(dev)
+                           p["layer_norm"], separate, batch_norm=p.get("batch_norm", False)).to(dev)
         return start_full_batch(model, lambda: model(inputs), y, on_dev, epochs, p["lr"], weight_decay,
                                 f"{name}:tuned [search {index}]", patience, metric)
 

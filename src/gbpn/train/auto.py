@@ -12,8 +12,8 @@ from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import TrainConfig
 from gbpn.train.cost import counted
-from gbpn.train.search import (GBPN_SPACE, applies, at_fastest_lr, check_space, max_configurations, plan, sample,
-                               successive_halving)
+from gbpn.train.search import (GBPN_SPACE, PUBLISHED_ANCHORS, applies, at_fastest_lr, check_space,
+                               max_configurations, plan, sample, successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -115,8 +115,10 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     schedule = plan(config.epochs, config.budget, config.patience)
     anchors = [at_fastest_lr(_params(c, space), space) for c in auto_candidates(config)
                if c.potential in space["potential"]]
+    anchors += [at_fastest_lr(_published(config, a, space), space) for a in PUBLISHED_ANCHORS
+                if a["potential"] in space["potential"]]
     configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
-                     reads=lambda name, params: applies(name, params.get("potential", "mlp")))
+                     reads=lambda name, params: applies(name, params.get("potential", "mlp"), params))
     logger.info(f"{desc}: searching up to {len(configs)} configurations within {config.budget:g} runs of "
                 f"{schedule.run} epochs (rungs from {schedule.first} epochs, x{schedule.eta})")
 
@@ -145,6 +147,13 @@ def _measure(fn: Callable):
 def _params(config: TrainConfig, space: Dict[str, list]) -> Dict:
     """The values ``config`` gives the options of ``space`` that its encoder reads."""
     return {name: getattr(config, name) for name in space if applies(name, config.potential)}
+
+
+def _published(config: TrainConfig, anchor: Dict, space: Dict[str, list]) -> Dict:
+    """A published configuration (:data:`~gbpn.train.search.PUBLISHED_ANCHORS`) as a search configuration:
+    ``config``'s values of the other options ``space`` holds, those its encoder reads."""
+    params = {**_params(replace(config, potential=anchor["potential"]), space), **anchor}
+    return {k: v for k, v in params.items() if k in space and applies(k, anchor["potential"], params)}
 
 
 def _configured(config: TrainConfig, params: Dict, epochs: int) -> TrainConfig:
