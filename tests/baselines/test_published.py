@@ -65,3 +65,23 @@ def test_classic_settings_name_the_data_sets_that_have_one():
         classic_setting("gin", "cora")
     with pytest.raises(GBPNError, match="unknown published model"):
         fit_published("gin", planted_graph(n=20), random_split(torch.arange(20) % 2, 0.3, 0.2, 0))
+
+
+@pytest.mark.parametrize("potential,options", [("res-gat-sep", {"potential_blocks": 2}),
+                                               ("classic-gcn", {"potential_layers": 4, "residual": True,
+                                                                "batch_norm": True})])
+def test_config_reruns_a_published_protocol_run_exactly(tmp_path, potential, options):
+    import json
+
+    from gbpn import api
+    from gbpn.train.config import TrainConfig
+
+    # GBPN on a published encoder at the published protocol's optimiser settings (epochs cut short)
+    cfg = TrainConfig(potential=potential, hidden=16, dropout=0.2, lr=3e-5, weight_decay=0.0, epochs=4, **options)
+    first, _ = api.train("synth-ising+", cfg, output=str(tmp_path / "a"), progress=False)
+    recorded = json.loads((tmp_path / "a" / "config.json").read_text())["train"]
+    assert recorded["encoder"]["potential"] == potential and recorded["optim"]["lr"] == 3e-5
+    rec = api.recorded_run(str(tmp_path / "a" / "config.json"))
+    again, _ = api.train(rec.dataset, rec.config, rec.trials, rec.seed, str(tmp_path / "b"), progress=False)
+    keys = ("val_accuracy", "test_accuracy", "best_epoch", "last_loss")
+    assert {k: again["trials"][0][k] for k in keys} == {k: first["trials"][0][k] for k in keys}
