@@ -535,3 +535,160 @@ def test_a_metrics_file_with_impossible_trials_is_refused(run2, tmp_path, graph,
         (out / "metrics.json").write_text(json.dumps(rec))
         assert _train(["--dataset", str(graph), "--trials", "2"], out) == 2
         assert "is not a gbpn metrics file" in capsys.readouterr().err
+
+
+# issue 62, round 3: clear but late, small, unclear ----------------------------------------------
+
+def _unwritable(kind, tmp_path, monkeypatch):
+    """An --output path that cannot be written, and what its error names."""
+    import os
+
+    if kind == "file":
+        (tmp_path / "f").write_text("")
+        return tmp_path / "f" / "grid", f"{tmp_path / 'f'} is a file, not a folder"
+    if kind == "loop":
+        (tmp_path / "l1").symlink_to(tmp_path / "l2")
+        (tmp_path / "l2").symlink_to(tmp_path / "l1")
+        return tmp_path / "l1", f"{tmp_path / 'l1'} is a symbolic link that loops"
+    ro, access = tmp_path / "ro", os.access  # read-only, as the kernel says to a process (root included)
+    ro.mkdir()
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(ro) else access(p, mode, **kw))
+    return ro / "grid", f"{ro} is not writable"
+
+
+@pytest.mark.parametrize("kind", ["file", "loop", "read-only"])
+def test_benchmark_into_an_unwritable_folder_says_so_first(graph, tmp_path, kind, capsys, monkeypatch):
+    out, why = _unwritable(kind, tmp_path, monkeypatch)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["benchmark", "--models", "mlp", "--datasets", str(graph), "--trials", "1", "--epochs", "1",
+                 "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and why in err[0] and "runs to do" not in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_output_folder_that_is_a_symlink_loop_is_named_as_one(graph, tmp_path, capsys, monkeypatch):
+    out, why = _unwritable("loop", tmp_path, monkeypatch)
+    assert _train(["--dataset", str(graph)], out) == 2
+    err = capsys.readouterr().err
+    assert why in err and "File exists" not in err
+
+
+def _disk_full_at_the_second_write(monkeypatch):
+    import errno
+    import gbpn.io
+
+    calls, fsync = [], gbpn.io.os.fsync
+
+    def full(fd):
+        calls.append(fd)
+        if len(calls) >= 2:  # config.json is written; the trial's split is not
+            raise OSError(errno.ENOSPC, "No space left on device")
+        fsync(fd)
+
+    monkeypatch.setattr(gbpn.io.os, "fsync", full)
+
+
+@pytest.mark.parametrize("case,message", [
+    (["--lr", "1e30"], "training diverged at epoch 1"),
+    ("disk full", "No space left on device"),
+])
+def test_a_run_that_fails_leaves_no_folder_of_its_making(graph, tmp_path, case, message, capsys, monkeypatch):
+    if case == "disk full":
+        _disk_full_at_the_second_write(monkeypatch)
+        case = []
+    assert _train(["--dataset", str(graph), *case], tmp_path / "a") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert list(tmp_path.iterdir()) == []  # not even .gbpn.lock or splits/
+    # a folder that was there before is left there, emptied of what the failed run wrote
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    assert _train(["--dataset", str(graph), "--lr", "1e30"], tmp_path / "b") == 2
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["notes.txt"]
+
+
+def test_out_of_memory_leaves_no_folder(graph, tmp_path, capsys, monkeypatch):
+    import gbpn.experiments.runner as runner
+
+    def too_big(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4e16 bytes.")
+
+    monkeypatch.setattr(runner, "fit", too_big)
+    assert _train(["--dataset", str(graph), "--hidden", "100000000"], tmp_path / "a") == 2
+    assert "error: out of memory" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_a_count_beyond_any_size_shows_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as ex:
+        main(["train", "--motifs", "triangle", "--max-triangles-per-node", "99999999999"])
+    err = capsys.readouterr().err
+    assert ex.value.code == 2 and err.startswith("usage: gbpn train ") and "at most 2147483647" in err
+
+
+def test_benchmark_refuses_a_triangle_cap_train_refuses(graph, tmp_path, capsys):
+    assert main(["benchmark", "--models", "gbpn-triangle99999999999", "--datasets", str(graph), "--trials", "1",
+                 "--epochs", "1", "--output", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gbpn-triangle99999999999: the cap (triangles per node) must lie in 1..2147483647" \
+        in err[0], err
+    assert list(tmp_path.iterdir()) == []
+    from gbpn.train.config import TrainConfig
+
+    with pytest.raises(GBPNError, match="must lie in 1..2147483647"):
+        TrainConfig(motifs="triangle", max_triangles_per_node=2**31).validate()
+
+
+def test_wait_says_what_it_waits_for(graph, tmp_path, capsys):
+    import threading
+    import time
+
+    from gbpn.experiments.lock import lock_folder, release
+
+    out, taken = tmp_path / "run", threading.Event()
+
+    def another_run():  # holds the folder's lock for half a second (in a thread: filelock's own check is per thread)
+        lock = lock_folder(out)
+        taken.set()
+        time.sleep(0.5)
+        release(lock)
+
+    threading.Thread(target=another_run).start()
+    taken.wait(10)
+    assert main(["train", "--dataset", str(graph), "--epochs", "1", "--hidden", "8", "--wait", "--output",
+                 str(out)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"waiting for {out} to be free: in use by pid ") and "--wait" not in err[1:], err
+
+
+def test_config_without_output_resumes_the_recorded_folder(graph, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _train(["--dataset", str(graph), "--trials", "2"], tmp_path / "a") == 0
+    metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    (tmp_path / "a" / "metrics.json").write_text(json.dumps({**metrics, "trials": metrics["trials"][:1]}))
+    capsys.readouterr()
+    assert main(["train", "--config", str(tmp_path / "a" / "config.json")]) == 0
+    out, err = capsys.readouterr()
+    assert f"resuming {tmp_path / 'a'}: 1 of 2 trials already finished" in err
+    assert out.strip().endswith(f"run saved in {tmp_path / 'a'}") and sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+    assert json.loads((tmp_path / "a" / "metrics.json").read_text())["trials"][0] == metrics["trials"][0]
+
+
+def test_a_newline_in_a_path_stays_inside_its_line(graph, tmp_path, capsys):
+    out = tmp_path / "a\nb"
+    assert main(["train", "--dataset", str(graph), "--epochs", "1", "--hidden", "8", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    for stream in (captured.out, captured.err):
+        assert "a\\nb" in stream and not any(line.startswith("b") for line in stream.splitlines()), stream
+    (tmp_path / "f\nx").write_text("")
+    assert _train(["--dataset", str(graph)], tmp_path / "f\nx" / "run") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "f\\nx is a file, not a folder" in err
+
+
+def test_a_torchscript_file_given_as_a_checkpoint_is_one_line(tmp_path, capsys):
+    torch.jit.script(torch.nn.Linear(2, 2)).save(str(tmp_path / "ts.pt"))
+    assert main(["predict", "--checkpoint", str(tmp_path / "ts.pt"), "--output", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a TorchScript archive (torch.jit.save), not a gbpn checkpoint" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ts.pt"]

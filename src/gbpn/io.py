@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -26,10 +27,44 @@ def _umask() -> int:
 
 
 def cannot_write(path: Path, err: OSError, what: str = "output path") -> GBPNError:
-    """The error for ``path`` that cannot be created: a read-only folder, a file where a folder should be."""
+    """The error for ``path`` that cannot be created: a read-only folder, a file where a folder should be, a
+    symbolic link that loops or leads nowhere (``mkdir`` says "File exists" of both)."""
     file = next((p for p in path.parents if p.is_file()), None)
-    why = f"{file} is a file, not a folder" if file is not None else err.strerror or err
+    link = _bad_link(path)
+    why = (f"{file} is a file, not a folder" if file is not None else link if link is not None
+           else err.strerror or err)
     return GBPNError(f"cannot write {path}: {why}; choose another {what}")
+
+
+def check_writable(folder: str | Path, what: str = "--output folder") -> None:
+    """:func:`cannot_write`'s error now, creating nothing, where ``folder`` (existing or not) could not be written:
+    its nearest existing part is a file, a bad symbolic link, read-only or not ours. A command checks this before
+    it says what it is about to do, so that a read-only folder is its first and only line."""
+    folder = Path(folder)
+    near = next(p for p in [folder, *folder.parents] if os.path.lexists(p))
+    if not near.is_dir():
+        err = OSError(errno.ENOTDIR, f"{near} is a file, not a folder")  # (a bad link: cannot_write says so)
+    elif os.access(near, os.W_OK | os.X_OK):
+        return
+    else:
+        read_only = bool(os.statvfs(near).f_flag & os.ST_RDONLY)
+        code = errno.EROFS if read_only else errno.EACCES
+        err = OSError(code, f"{near} is {'on a read-only file system' if read_only else 'not writable'}")
+    raise cannot_write(folder, err, what)
+
+
+def _bad_link(path: Path) -> Optional[str]:
+    """What is wrong with the first symbolic link on ``path`` that leads to no folder, or None."""
+    for p in [*reversed(path.parents), path]:
+        if not p.is_symlink():
+            continue
+        try:
+            p.stat()
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return f"{p} is a symbolic link that loops (it leads back to itself through {os.readlink(p)})"
+            return f"{p} is a symbolic link to {os.readlink(p)}, which does not exist"
+    return None
 
 
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str = "w") -> None:

@@ -21,10 +21,11 @@ from typing import List, Optional
 import gbpn
 from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sample_mrf, train
 from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
+from gbpn.cli.output import one_line
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
 from gbpn.errors import GBPNError
 from gbpn.lazy import defer_import
-from gbpn.train.config import MAX_SEED
+from gbpn.train.config import MAX_COUNT, MAX_SEED
 
 __all__ = ["COMMANDS", "build_parser", "main", "typed_options"]
 logger = logging.getLogger("gbpn")
@@ -33,8 +34,6 @@ logger = logging.getLogger("gbpn")
 COMMANDS = {"train": train, "predict": predict, "benchmark": benchmark, "sample-mrf": sample_mrf, "analyze": analyze,
             "explain": explain, "coupling": coupling, "plot": plot}
 DISTRIBUTED_COMMANDS = ("train", "predict")
-# a count beyond this is a typo, not a request (and overflows the int32 of numba's and NumPy's indices)
-MAX_COUNT = 2**31 - 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,13 +69,20 @@ def _set_threads(args: argparse.Namespace) -> None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
 
+class _OneLine(logging.Formatter):
+    """A message is one line: a newline in a path it names is written ``\\n`` (a -v traceback keeps its lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return one_line(super().formatMessage(record))
+
+
 @contextlib.contextmanager
 def _logging_to_stderr(verbose: int, quiet: bool):
     """Messages of the ``gbpn`` loggers to stderr for one command: warnings with -q, info by
     default, debug with -v. The loggers are left as they were afterwards (the library used from
     Python logs through the application's own configuration)."""
     handler = logging.StreamHandler(sys.stderr)  # the stderr of this call (tests swap it)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_OneLine("%(message)s"))
     saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
@@ -108,7 +114,8 @@ def _check_values(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """Usage errors argparse's types leave: an empty string, a seed outside 0..2^32-1 (or one whose
     trials run past it), a count too large to mean anything."""
     words = (args.command,) + ((args.analysis,) if getattr(args, "analysis", None) else ())
-    flag_of = flags(command_parser(parser, words))
+    parser = command_parser(parser, words)  # its usage, not the top-level one, comes with the error
+    flag_of = flags(parser)
     for name, value in vars(args).items():
         flag = flag_of.get(name, "--" + name.replace("_", "-"))
         for v in value if isinstance(value, list) else [value]:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from gbpn.cli.options import DATA_DIR_HELP, POSITIVE, add_option, add_threads, given
+from gbpn.cli.output import one_line
 from gbpn.errors import GBPNError
 
 logger = logging.getLogger("gbpn")
@@ -160,5 +161,5 @@ def run(args: argparse.Namespace) -> int:
                          save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget,
                          device=args.device)
     print(table, end="")
-    print(f"rows, results.csv and table.md in {output}")
+    print(f"rows, results.csv and table.md in {one_line(output)}")
     return 0

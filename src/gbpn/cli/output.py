@@ -44,6 +44,16 @@ def locked(folder: Union[str, Path], wait: bool = False, what: str = "--output")
                 folder.rmdir()
 
 
+# control characters (a newline or an escape sequence in a folder's name) as Python writes them in a string
+_ESCAPES = {c: ascii(chr(c))[1:-1] for c in [*range(0x20), 0x7F]}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\r``, ``\\x1b``): a path holding a newline
+    stays inside its message's line, and cannot move the terminal's cursor."""
+    return str(text).translate(_ESCAPES)
+
+
 def mean_std(summary: dict, key: str) -> str:
     """``85.70 ± 1.40`` in per cent; no ± for one trial, where there is no spread to report."""
     mean = f"{100 * summary[f'{key}_mean']:.2f}"

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, add_wait, given
-from gbpn.cli.output import mean_std
+from gbpn.cli.output import mean_std, one_line
 from gbpn.data.names import check_dataset_name
 from gbpn.train.config import OPTIONS, TrainConfig
 
@@ -15,8 +16,8 @@ def add_parser(sub, common) -> None:
                    help="rerun a recorded run: its config.json (data set, sample, seed, trials and every "
                         "hyper-parameter come from it; of the options below only --output, --threads, "
                         "--data-dir, --header, --save-trials, --tensorboard and --wait may be given with it; "
-                        "--output defaults as without --config, so give it unless the recorded run's folder should "
-                        "be resumed)")
+                        "without --output, a run folder's config.json resumes that folder, any other file runs into "
+                        "the default folder)")
     add_data_args(t.add_argument_group("data"))
     add_config_options(t)
     r = t.add_argument_group("run")
@@ -46,17 +47,20 @@ def run(args: argparse.Namespace) -> int:
     from gbpn.data.datasets import dataset_name
     from gbpn.distributed import rank_and_world
 
+    output = args.output
     if args.config is not None:
         api.check_rerun(given(args, ["train"], vars(args)))
         rec = api.recorded_run(args.config)
         dataset, sample, seed, trials, config = rec.dataset, rec.sample, rec.seed, rec.trials, rec.config
         data_dir = args.data_dir or rec.data_dir
         header = args.header if args.header is not None else rec.header
+        if output is None and Path(args.config).name == "config.json":  # the recorded run: resumed where it is
+            output = str(Path(args.config).parent)
     else:
         dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
         header = args.header
         api.check_applicable(config, given(args, ["train"], OPTIONS))
-    result, output = api.train(dataset, config, trials, seed, args.output, data_dir, sample, header=header,
+    result, output = api.train(dataset, config, trials, seed, output, data_dir, sample, header=header,
                                save_trials=args.save_trials, progress=not args.quiet, wait=args.wait,
                                tensorboard=args.tensorboard)
     if rank_and_world()[0] != 0:  # every rank trained; rank 0 reports
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
           + (f", illicit-class F1 {mean_std(s, 'test_f1')}" if "test_f1_mean" in s else "")
           + (f", ROC AUC {mean_std(s, 'test_roc_auc')}" if "test_roc_auc_mean" in s else "")
           + (f" (mean ± std over {s['num_trials']} trials)" if s["num_trials"] > 1 else " (1 trial)")
-          + _kept(result["trials"], config.potential) + f"; run saved in {output}")
+          + _kept(result["trials"], config.potential) + f"; run saved in {one_line(output)}")
     return 0
 
 

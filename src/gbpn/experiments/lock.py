@@ -10,6 +10,7 @@ so two processes never hold "the same" lock.
 """
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -22,6 +23,7 @@ from filelock import FileLock, Timeout
 from gbpn.io import cannot_write
 
 FOLDER_LOCK = ".gbpn.lock"  # the lock of a whole output folder (a training run)
+logger = logging.getLogger(__name__)
 
 
 def _holder_file(lock_path: Path) -> Path:
@@ -101,7 +103,11 @@ def lock_folder(folder: Path, what: str = "--output folder", wait: bool = False)
     run holds it (:func:`folder_busy` says so); :class:`~gbpn.errors.GBPNError` where the folder cannot be
     written. Release it with :func:`release`."""
     try:
-        return try_lock(folder / FOLDER_LOCK, wait)
+        lock = try_lock(folder / FOLDER_LOCK)
+        if lock is None and wait:  # one line saying what it waits for, not a silent pause of unknown length
+            logger.info(f"waiting for {folder} to be free: in use by {holder(folder / FOLDER_LOCK)}")
+            lock = try_lock(folder / FOLDER_LOCK, wait=True)
+        return lock
     except OSError as err:
         raise cannot_write(folder / FOLDER_LOCK, err, what) from None
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gbpn.errors import GBPNError
+from gbpn.train.config import MAX_COUNT
 
 EXACT_MODELS = ("exact-bp", "exact-bp-i")
 # the reference BP, damped so that loopy BP on the lattice settles (20 undamped steps still oscillate by
@@ -32,8 +33,8 @@ def triangle_variant(variant: str) -> Optional[Tuple[str, Optional[int]]]:
     if m is None:
         return None
     cap = int(m.group(2)) if m.group(2) else None
-    if cap == 0:
-        raise GBPNError(f"{variant}: the cap (triangles per node) must be positive")
+    if cap is not None and not 1 <= cap <= MAX_COUNT:  # as gbpn train's --max-triangles-per-node
+        raise GBPNError(f"{variant}: the cap (triangles per node) must lie in 1..{MAX_COUNT}, got {cap}")
     return m.group(1), cap
 
 

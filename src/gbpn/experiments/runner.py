@@ -14,6 +14,7 @@ already finished.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -211,10 +212,11 @@ def run_trials(
     # rank 0 holds the output folder's lock for the whole run (another run into it fails at once, naming
     # the holder), reads what is finished, and every rank learns it (or the same error): the output
     # folder need not be shared between machines
-    lock, done, error, bar, fresh = None, None, None, None, False
+    lock, done, error, bar, fresh, created = None, None, None, None, False, False
     try:
         if rank == 0:
             try:
+                created = not os.path.lexists(out)
                 lock = lock_folder(out, wait=wait)
                 done, error = (_resume_state(out, metrics_path, run_config, trials, log, defaults) if lock is not None else
                                ([], folder_busy(out, "--output folder")))
@@ -288,9 +290,24 @@ def run_trials(
     finally:
         if bar is not None:
             bar.close()
+        unrecorded = lock is not None and created and not metrics_path.is_file()  # failed before any trial was kept
+        if unrecorded:
+            _remove_unrecorded(out)
         if lock is not None:
             release(lock, remove=True)  # no empty lock file left in the run folder
+        if unrecorded:
+            with contextlib.suppress(OSError):  # a folder this command made and left empty (units/ of a search stay)
+                out.rmdir()
     return result
+
+
+def _remove_unrecorded(out: Path) -> None:
+    """What a run that created ``out`` wrote before it failed with no trial recorded in ``metrics.json``:
+    nothing of it would be resumed (the splits are drawn again from their seeds), so none of it stays."""
+    for name in ("splits", "checkpoints", "predictions"):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for name in ("config.json", "history.csv", "model.pt"):
+        (out / name).unlink(missing_ok=True)
 
 
 def _resolved(config: TrainConfig, defaults: Dict) -> TrainConfig:

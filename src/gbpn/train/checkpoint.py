@@ -1,6 +1,7 @@
 """Checkpoints: a GBPN's weights with what rebuilds it, saved atomically and loaded with clear errors."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
@@ -41,12 +42,22 @@ def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
                            " (a run's folder holds model.pt)"))
     if not path.is_file():
         raise GBPNError(f"checkpoint {path} does not exist")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except PermissionError as err:  # unreadable, not damaged
-        raise GBPNError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
-    except Exception as err:
-        raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(err).__name__})") from None
+    failed = None
+    with warnings.catch_warnings(record=True) as caught:  # torch's own warnings, looked at before they are shown
+        warnings.simplefilter("always")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except PermissionError as err:  # unreadable, not damaged
+            raise GBPNError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
+        except Exception as err:
+            failed = err
+    if any("TorchScript" in str(w.message) for w in caught):  # torch.load would hand it to torch.jit.load
+        raise GBPNError(f"checkpoint {path} is a TorchScript archive (torch.jit.save), not a gbpn checkpoint: give "
+                        "the model.pt that gbpn train wrote")
+    for w in caught:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if failed is not None:
+        raise GBPNError(f"checkpoint {path} is corrupt or not a gbpn checkpoint ({type(failed).__name__})") from None
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise GBPNError(f"{path} is not a gbpn checkpoint (expected format {CHECKPOINT_FORMAT})")
     try:

@@ -151,6 +151,8 @@ class EvaluationConfig:
 
 # torch and NumPy read seeds modulo 2^32: a seed (with every trial's, seed + trial) must stay below
 MAX_SEED = 2**32 - 1
+# a count beyond this is a typo, not a request (and overflows the int32 of numba's and NumPy's indices)
+MAX_COUNT = 2**31 - 1
 
 PARTS = {"model": ModelConfig, "encoder": EncoderConfig, "optim": OptimConfig, "sampling": SamplingConfig,
          "evaluation": EvaluationConfig}
@@ -245,8 +247,9 @@ class TrainConfig:
             raise GBPNError(f"implicit BP needs --tol > 0 and --max-steps >= 1, got {m.tol} and {m.max_steps}")
         if m.motifs not in ("none", "triangle"):
             raise GBPNError(f"{_option('motifs')} must be 'none' or 'triangle', got {m.motifs!r}")
-        if m.max_triangles_per_node is not None and m.max_triangles_per_node < 1:
-            raise GBPNError(f"{_option('max_triangles_per_node')} must be positive, got {m.max_triangles_per_node}")
+        if m.max_triangles_per_node is not None and not 1 <= m.max_triangles_per_node <= MAX_COUNT:
+            raise GBPNError(f"{_option('max_triangles_per_node')} must lie in 1..{MAX_COUNT}, got "
+                            f"{m.max_triangles_per_node}")
         if m.motifs == "triangle":
             # a sampled computation tree has no triangles; the implicit backward and edge chunks are pairwise kernels'
             for name, on, why in (
