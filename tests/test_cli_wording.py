@@ -30,3 +30,19 @@ def test_the_summary_says_what_the_spread_covers_and_which_encoders_were_kept(mo
     assert main(["train", "--potential", "auto", "--epochs", "2", "--trials", "3", "-q"]) == 0
     line = capsys.readouterr().out.strip()
     assert "test accuracy 71.93 ± 0.00 (mean ± std over 3 trials); kept sage in 2 trials, gcn in 1 trial;" in line
+
+
+def test_a_budgeted_summary_names_the_configuration_each_trial_kept(monkeypatch, capsys):
+    from gbpn import api
+
+    kept = [{"potential": "sage", "hidden": 256, "lr": 0.01, "separate": False},
+            {"potential": "res-sage", "potential_blocks": 3, "hidden": 512, "dropout": 0.2},
+            {"potential": "sage", "hidden": 256, "lr": 0.01, "separate": False}]
+    trials = [{"trial": k, "potential": p["potential"], "test_accuracy": 0.7, "auto_search": {"chosen": {"params": p}}}
+              for k, p in enumerate(kept)]
+    summary = {"num_trials": 3, "test_accuracy_mean": 0.7, "test_accuracy_std": 0.0}
+    monkeypatch.setattr(api, "train", lambda *a, **k: ({"trials": trials, "summary": summary}, "runs/x"))
+    assert main(["train", "--potential", "auto", "--budget", "2", "--epochs", "2", "--trials", "3", "-q"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert ("(mean ± std over 3 trials); kept sage --hidden 256 --lr 0.01 --no-separate in trials 0, 2, "
+            "res-sage --potential-blocks 3 --hidden 512 --dropout 0.2 in trial 1;") in line

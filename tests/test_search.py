@@ -98,6 +98,39 @@ def test_the_last_rung_goes_on_as_far_as_the_allowance_left_pays_for():
     assert halving(scores, budget=10, run=12, final=100)[2]["rungs"] == [[9, 1], [3, 12]]
 
 
+def test_the_log_states_the_plan_that_runs_each_rungs_epochs_and_the_configuration_kept(caplog):
+    scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
+    costs = [1, 1, 3, 1, 1, 1, 1, 1, 1]
+    configs = [{"potential": "sage", "hidden": 64 * (i + 1), "dropout": 0.5, "lr": 0.01, "separate": i % 2 == 0,
+                "layers": 2} for i in range(9)]
+    start, _, measure = toy(scores, costs=costs, final=100)
+    with caplog.at_level("INFO", logger="gbpn"):
+        chosen, _, search = successive_halving(configs, start, Plan(1, 3, 40, 100, 2), desc="t", measure=measure)
+    lines = [r.getMessage() for r in caplog.records]
+    assert search["rungs"] == [[9, 1], [3, 10]] and chosen == 1
+    # the plan, once admitted: the last rung's epoch as the bounds it will fall in, the first rung's exactly
+    plan_lines = [m for m in lines if "admitted;" in m]
+    assert plan_lines == ["t: 9 of 9 configurations admitted; rungs (each from where the last stopped): 9 to epoch 1; "
+                          "3 to between epoch 3 and 40, as far as what is left of the allowance pays for; the best then "
+                          "trains on to epoch 100 at most"]
+    rung_lines = [m for m in lines if ": rung " in m]
+    assert rung_lines[0].startswith("t: rung 1/2: 9 configurations trained to epoch 1 (0 more each); best val 90.00%")
+    assert rung_lines[1].startswith("t: rung 2/2: 3 configurations trained to epoch 10 (9 more each); best val 90.00% "
+                                    "(configuration 1: sage); configuration 1 trains on to the end")
+    kept = [m for m in lines if "kept configuration" in m]
+    assert kept == ["t: kept configuration 1 of 9 admitted: sage --hidden 128 --dropout 0.5 --lr 0.01 --no-separate "
+                    "layers 2; it trained 100 epochs, the others 0.70 runs of 40 epochs of it at the counted costs (the "
+                    "budget leaves them 1)"]
+
+
+def test_a_search_of_one_rung_plans_its_epoch_exactly(caplog):
+    with caplog.at_level("INFO", logger="gbpn"):
+        _, _, search, _ = halving([0.9, 0.8], budget=2, run=20)
+    assert search["rungs"] == [[2, 10]]  # 18 of the allowance's 20 epochs left after the first: 9 more each
+    assert any(m.endswith("admitted; rungs (each from where the last stopped): 2 to epoch 10; the best then trains "
+                          "on to epoch 100 at most") for m in (r.getMessage() for r in caplog.records))
+
+
 def test_a_slow_learner_survives_the_first_rung_on_its_validation_loss():
     # after one epoch config 0 (a small learning rate) still predicts the majority class (0.40) while 1-5 have
     # moved (0.45-0.50) by fitting noise; its validation loss already falls fastest, and it ends the best

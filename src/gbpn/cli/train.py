@@ -75,9 +75,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _kept(trials, potential: str) -> str:
-    """``--potential auto``: which encoder each trial kept (``"; kept sage in 2 trials, gcn in 1"``)."""
+    """``--potential auto``: which encoder each trial kept (``"; kept sage in 2 trials, gcn in 1"``); with
+    ``--budget``, which configuration (``"; kept sage --hidden 256 --lr 0.01 in trials 0, 2"``)."""
     if potential != "auto":
         return ""
+    if all("auto_search" in t for t in trials):  # --budget: the configuration each trial's search kept, as flags
+        from gbpn.train.search import describe
+
+        kept: dict = {}
+        for t in trials:
+            kept.setdefault(describe(t["auto_search"]["chosen"]["params"]), []).append(str(t["trial"]))
+        return "; kept " + ", ".join(f"{c} in trial{'s' if len(ts) > 1 else ''} {', '.join(ts)}" for c, ts in kept.items())
     names = [t.get("potential", "?") for t in trials]
     counts = sorted(((names.count(n), n) for n in set(names)), key=lambda cn: (-cn[0], cn[1]))
     return "; kept " + ", ".join(f"{n} in {c} trial{'s' if c > 1 else ''}" for c, n in counts)

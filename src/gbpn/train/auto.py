@@ -119,8 +119,9 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
                 if a["potential"] in space["potential"]]
     configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp"), params))
-    logger.info(f"{desc}: searching up to {len(configs)} configurations within {config.budget:g} runs of "
-                f"{schedule.run} epochs (rungs from {schedule.first} epochs, x{schedule.eta})")
+    logger.info(f"{desc}: searching within {config.budget:g} runs of {schedule.run} epochs: up to {len(configs)} "
+                f"configurations, each admitted after its first epoch (which measures its cost) while the planned rungs "
+                f"fit; each rung keeps the best 1/{schedule.eta}, the first at epoch {schedule.first}")
 
     def start(index: int, params: Dict):
         cand = _configured(config, params, config.epochs)

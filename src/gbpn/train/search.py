@@ -293,13 +293,22 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
     alive = list(admitted)
     rungs = schedule.rungs(len(alive))
     trained = {i: 1 for i, r in enumerate(records) if r["cost"] is not None}  # the first epochs, admitted or not
+
+    def last_epoch(k: int) -> int:
+        """The last rung trains as far as what is left of the allowance pays for its survivors (``alive``)."""
+        left = schedule.allowance(costs) - sum(records[i]["cost"] * e for i, e in trained.items())
+        start_epoch = rungs[k - 1][1] if k else 1
+        return max(rungs[k][1], min(schedule.run, schedule.final,
+                                    start_epoch + math.floor(left / sum(records[i]["cost"] for i in alive))))
+
+    if len(rungs) == 1:  # its survivors are every admitted configuration: its epoch is known now
+        rungs[0] = (rungs[0][0], last_epoch(0))
+    logger.info(f"{desc}: {plan_line(schedule, rungs, len(admitted), len(configs))}")
     for k, (n, epoch) in enumerate(rungs):
-        if k == len(rungs) - 1:  # the last rung trains as far as what is left of the allowance lets it
-            left = schedule.allowance(costs) - sum(records[i]["cost"] * e for i, e in trained.items())
-            start_epoch = rungs[k - 1][1] if k else 1
-            epoch = max(epoch, min(schedule.run, schedule.final,
-                                   start_epoch + math.floor(left / sum(records[i]["cost"] for i in alive))))
+        if k == len(rungs) - 1 and k > 0:
+            epoch = last_epoch(k)
             rungs[k] = (n, epoch)
+        start_epoch = rungs[k - 1][1] if k else 1
         for i in alive:
             s = session(i, epoch)
             try:
@@ -316,17 +325,65 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
         alive = sorted(ranked[:keep])
         for i in ranked[keep:]:
             del sessions[i]  # a configuration left behind frees its model and precomputed features
-        logger.info(f"{desc}: rung {k + 1}/{len(rungs)} (epoch {epoch}, {len(ranked)} configurations): best val "
-                    f"{100 * _finite(records[ranked[0]]['rungs'][-1]['val']):.2f}%; {len(alive)} go on")
+        best = ranked[0]
+        logger.info(f"{desc}: rung {k + 1}/{len(rungs)}: {len(ranked)} configurations trained to epoch {epoch} "
+                    f"({epoch - start_epoch} more each); best val {100 * _finite(records[best]['rungs'][-1]['val']):.2f}% "
+                    f"(configuration {best}: {describe(configs[best], short=True)}); "
+                    + (f"{len(alive)} go on" if keep > 1 else f"configuration {alive[0]} trains on to the end"
+                       if alive else "none goes on"))
     chosen = alive[0] if alive else 0
     result = session(chosen, schedule.final).finish(progress)
     others = [i for i in trained if i != chosen]  # every configuration that trained, the kept one aside
     spent = sum(records[i]["cost"] * trained[i] for i in others)
     run_cost = (records[chosen]["cost"] or 0.0) * sessions[chosen].epoch if chosen in sessions else None
+    if records[chosen]["cost"]:  # what the others cost, in runs of the configuration kept (the budget's unit)
+        runs = spent / (records[chosen]["cost"] * schedule.run)
+        logger.info(f"{desc}: kept configuration {chosen} of {len(admitted)} admitted: {describe(configs[chosen])}; "
+                    f"it trained {sessions[chosen].epoch} epochs, the others {runs:.2f} runs of {schedule.run} epochs "
+                    f"of it at the counted costs (the budget leaves them {schedule.budget - 1:g})")
     return chosen, result, {"configurations": records, "admitted": len(admitted), "allowance": schedule.allowance(costs)
                             if costs else 0.0, "planned_cost": schedule.cost(costs), "spent_cost": spent,
                             "other_epochs": sum(trained[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
                             "seconds": time.perf_counter() - began}
+
+
+def plan_line(schedule: Plan, rungs: Sequence[Tuple[int, int]], admitted: int, drawn: int) -> str:
+    """The search's plan once its configurations are admitted, as a log line: how many, each rung's configurations
+    and epochs (the last rung's as its bounds where its survivors, and so what is left of the allowance, are not
+    known yet), and how far the one kept trains."""
+    head = f"{admitted} of {drawn} configurations admitted"
+    if not rungs:
+        return f"{head}; it trains on to epoch {schedule.final} at most"
+    parts = [f"{n} to epoch {e}" for n, e in rungs[:-1]]
+    n, e = rungs[-1]
+    last_max = min(schedule.run, schedule.final)
+    parts.append(f"{n} to epoch {e}" if len(rungs) == 1 or e >= last_max else
+                 f"{n} to between epoch {e} and {last_max}, as far as what is left of the allowance pays for")
+    return (f"{head}; rungs (each from where the last stopped): {'; '.join(parts)}; the best then trains on to epoch "
+            f"{schedule.final} at most")
+
+
+def describe(params: Dict, short: bool = False) -> str:
+    """A search configuration as training flags (``sage --hidden 256 --dropout 0.5 --lr 0.01 --no-separate``;
+    options that are no training option as ``name value``); ``short``: its encoder alone, if it has one."""
+    from gbpn.train.config import OPTIONS
+
+    if short and "potential" in params:
+        return str(params["potential"])
+    out = []
+    for name, value in params.items():
+        opt = OPTIONS.get(name)
+        if opt is None:
+            out.append(f"{name} {value}")
+        elif name == "potential":
+            out.insert(0, str(value))
+        elif isinstance(value, bool):
+            default = opt.field.default
+            if value != default:
+                out.append(opt.flag if value else "--no-" + opt.flag[2:])
+        else:
+            out.append(f"{opt.flag} {value:g}" if isinstance(value, float) else f"{opt.flag} {value}")
+    return " ".join(out) or "defaults"
 
 
 def _rank(session, i: int, last: bool) -> Tuple:
