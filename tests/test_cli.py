@@ -293,7 +293,7 @@ def test_quiet_and_verbose_on_every_command(trained, tmp_path, capsys):
     code, out, err = run(base + [str(g), "--output", str(tmp_path / "a"), "-q"], capsys)
     assert code == 0 and err == "" and "test accuracy" in out
     code, out, err = run(base + [str(g), "--output", str(tmp_path / "b")], capsys)
-    assert code == 0 and "trial 1/1" in err
+    assert code == 0 and "trial 0 (seed 0)" in err
     for cmd in (["predict", "--output", str(tmp_path / "p.csv")], ["coupling", "--output", str(tmp_path)],
                 ["explain", "--node", "0"], ["analyze", "degree"]):
         assert main(cmd[:1] + (cmd[1:2] if cmd[0] == "analyze" else []) + ["-q", "--checkpoint", str(trained / "model.pt")]

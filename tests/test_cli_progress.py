@@ -43,8 +43,9 @@ def test_two_default_grids_with_other_settings_get_their_own_folders(tmp_path, m
     assert main([*GRID, "--epochs", "3", "-q"]) == 0  # refused before: "holds a grid with other epochs"
     out = capsys.readouterr().out
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert folders == ["benchmark-mlp-on-synth-ising+-epochs2", "benchmark-mlp-on-synth-ising+-epochs3"]
-    assert "in runs/benchmark-mlp-on-synth-ising+-epochs3" in out
+    # every option given another value than its default is in the name, --trials 2 included
+    assert folders == ["benchmark-mlp-on-synth-ising+-trials2-epochs2", "benchmark-mlp-on-synth-ising+-trials2-epochs3"]
+    assert "in runs/benchmark-mlp-on-synth-ising+-trials2-epochs3" in out
     # the same line again resumes its own folder
     assert main([*GRID]) == 0
     assert "0 runs to do" in capsys.readouterr().err
@@ -72,3 +73,17 @@ def test_a_study_says_what_it_will_do_and_each_trained_model_in_a_log(tmp_path, 
     assert len(done) == 1 and done[0].endswith("elapsed, all done")
     assert main(["analyze", "identifiability", "--kinds", "ising+", "--epochs", "1", "--output", out, "-q"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_train_and_benchmark_number_trials_from_0_as_their_files_do(tmp_path, monkeypatch, capsys):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--trials", "2", "--epochs", "2", "--hidden", "8", "--output", "t"]) == 0
+    said = {int(k) for k in re.findall(r"\btrial (\d+)", capsys.readouterr().err)}
+    files = {int(p.stem.split("_")[1]) for p in (tmp_path / "t" / "splits").glob("trial_*.npz")}
+    assert said == files == {0, 1}
+    assert main(GRID) == 0
+    said = {int(k) for k in re.findall(r"\btrial (\d+)", capsys.readouterr().err)}
+    rows = {int(p.stem.rsplit("__", 1)[1]) for p in tmp_path.glob("runs/*/rows/*.json")}
+    assert said == rows == {0, 1}

@@ -14,7 +14,7 @@ from gbpn.errors import GBPNError
 logger = logging.getLogger("gbpn")
 # the options of a free grid that --table-only reads from the grid's config.json
 # the options that make a free grid another grid (a folder holds one): in its default folder's name
-GRID_NAME_OPTIONS = ("epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
+GRID_NAME_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
 GRID_OPTIONS = ("trials", "epochs", "seed", "batch_size", "patience", "metric", "dropout", "budget")
 
 
@@ -102,8 +102,9 @@ def _recorded_grid(args: argparse.Namespace, output: Path) -> None:
 def default_output(args: argparse.Namespace) -> str:
     """A free grid's folder, named from what it runs (as ``gbpn train`` names its runs): its models and
     data sets, then every option of a grid's identity given another value than its default, so that two
-    grids with other settings never share a folder (a grid refuses a folder holding another's). Trials
-    are left out: more trials extend a grid in place. Names beyond 120 characters end in a digest."""
+    grids with other settings never share a folder (a grid refuses a folder holding another's); trials too,
+    so that the name says what the grid holds (more trials extend a grid in place given its ``--output``).
+    Names beyond 120 characters end in a digest."""
     if not args.models or not args.datasets:
         return "runs/benchmark"  # --table-only without a grid: the folder it reads must be named anyway
     from gbpn.cli import build_parser

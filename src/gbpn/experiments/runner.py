@@ -235,7 +235,7 @@ def run_trials(
                            "if a new trial validates better; rerun into a new --output to have it")
         unsaved = [t["trial"] for t in done if "checkpoint" not in t]
         if save_trials and unsaved and rank == 0:
-            logger.warning(f"--save-trials: trial(s) {', '.join(str(t + 1) for t in unsaved)} finished earlier without it "
+            logger.warning(f"--save-trials: trial(s) {', '.join(str(t) for t in unsaved)} finished earlier without it "
                            "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
                            "--output to keep every trial's")
         best_val = max((_validation(t, config.metric) for t in done), default=None)
@@ -247,13 +247,13 @@ def run_trials(
         for trial in range(trials):
             if trial in finished:
                 continue
-            bar.start(f"trial {trial + 1}/{trials}")
+            bar.start(f"trial {trial}")  # numbered from 0, as trial_K files, metrics.json and grids number them
             s = seed + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
             # (one process only: data-parallel ranks must train the same units)
             units = out / "units" / f"trial_{trial}"
-            desc = f"{data.name} trial {trial + 1}/{trials}"
+            desc = f"{data.name} trial {trial}"
             with tensorboard_log(tensorboard if rank == 0 else None, trial, desc):
                 res = fit(data, config, seed=s, masks=masks, progress=progress, desc=desc,
                           units=units if world == 1 and config.potential == "auto" else None)
@@ -277,7 +277,7 @@ def run_trials(
             shutil.rmtree(units, ignore_errors=True)
             extra = f", ROC AUC {100 * row['test_roc_auc']:.2f}%" if "test_roc_auc" in row else ""
             timing = bar.done(say=False)
-            log(f"trial {trial + 1}/{trials} (seed {s}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
+            log(f"trial {trial} (seed {s}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
                 f"(val {100 * row['val_accuracy']:.2f}%, {_kept_note(row)}, potential {row['potential']})"
                 + _implicit_note(row) + (f"; {timing}" if progress else ""))
         result = {"trials": done, "summary": _summary(done)}
@@ -363,7 +363,7 @@ def _resume_state(out: Path, metrics_path: Path, run_config: Dict, trials: int, 
     metric = current["train"]["metric"]
     other = [t["trial"] for t in done if t.get("metric", "accuracy") != metric]
     if other:  # folders from before --metric auto was one choice per run: a trial may have chosen otherwise
-        return [], (f"{out} holds trial(s) {', '.join(str(t + 1) for t in other)} selected on another metric than "
+        return [], (f"{out} holds trial(s) {', '.join(str(t) for t in other)} selected on another metric than "
                     f"this run's {metric}; choose a new --output folder")
     beyond = sorted(t["trial"] for t in done if t["trial"] >= trials)
     if beyond:  # rewriting metrics.json would drop them while model.pt may come from one

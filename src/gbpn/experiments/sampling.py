@@ -86,7 +86,7 @@ def variance_study(data: Data, config: TrainConfig, trials: int = 3, seed: int =
                 model.train()
 
             for sampler in ("exp3", "uniform"):
-                bar.start(f"trial {t + 1}/{trials}, {sampler} sampling")
+                bar.start(f"trial {t}, {sampler} sampling")
                 saved = units.get_torch(f"trial{t}-{sampler}")  # finished before an interruption
                 if saved is not None:
                     epochs.extend(saved["epochs"])
@@ -181,7 +181,7 @@ def subsampling_study(data: Data, fanouts: Sequence[Optional[int]], config: Trai
             cfg = replace(config, num_steps=1, num_hops=1, fanout=fanout, degree_weight=False,
                           batch_size=config.batch_size or 256, sampler="uniform")
             for t in range(trials):
-                bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t + 1}/{trials}")
+                bar.start(f"max neighbours {fanout if fanout is not None else 'all'}, trial {t}")
                 row = units.get(f"fanout{fanout}-trial{t}")
                 if row is not None:  # finished before an interruption
                     rows.append(row)
