@@ -134,3 +134,12 @@ def test_library_page_examples_run(data_dir):
     exec(compile(_script(LIBRARY, data_dir), "docs/library.md", "exec"), scope)
     assert scope["log_p"].shape == (2708, 7)
     torch.testing.assert_close(scope["again"], scope["beliefs"].detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_user_docs_name_no_commit_hashes():
+    """A commit hash (7-40 hex digits, letters and digits) means nothing to a user: the docs name versions or
+    say what changed instead."""
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{p.name}: {h}" for p in pages for h in re.findall(r"\b[0-9a-f]{7,40}\b", p.read_text())
+             if re.search(r"[a-f]", h) and re.search(r"[0-9]", h)]
+    assert not found, found

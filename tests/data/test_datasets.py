@@ -284,6 +284,34 @@ def test_pyg_and_ogb_messages_go_through_logging(capsys, caplog):
         ("DEBUG", "Processing..."), ("INFO", "Downloading https://example.org/x.zip"), ("DEBUG", "Done!")]
 
 
+def test_a_download_that_fails_at_once_is_not_announced_one_that_goes_on_is(tmp_path, monkeypatch, caplog):
+    """--skip-missing skips a data set whose download fails: no "Downloading" line for a download that never
+    happened, the error says it failed; a download that goes on (the next file, the end, or 2 s) is said."""
+    import logging
+    import time
+    from urllib.error import URLError
+
+    from gbpn.data import datasets
+    from gbpn.data.datasets import _library_output_to_log, _pyg
+
+    def offline(root):
+        print("Downloading https://example.org/pubmed.x")
+        raise URLError("no network")
+
+    with caplog.at_level(logging.INFO, logger="gbpn"), pytest.raises(DatasetNotFoundError, match="no network"):
+        _pyg(offline, tmp_path, "planetoid/PubMed", "pubmed", ["ind.pubmed.x"])
+    assert not [r for r in caplog.records if "Downloading" in r.getMessage()]
+    caplog.clear()
+    monkeypatch.setattr(datasets, "DOWNLOAD_NOTICE_S", 0.05)
+    with caplog.at_level(logging.INFO, logger="gbpn"), _library_output_to_log():
+        print("Downloading https://example.org/a")
+        print("Downloading https://example.org/b")  # the next line: a is said
+        assert [r.getMessage() for r in caplog.records] == ["Downloading https://example.org/a"]
+        time.sleep(0.5)  # a long download: b is said while it runs
+        assert [r.getMessage() for r in caplog.records][-1] == "Downloading https://example.org/b"
+    assert len(caplog.records) == 2
+
+
 def test_an_unwritable_cache_for_a_read_only_data_folder_is_a_user_error(tmp_path, monkeypatch):
     from gbpn.data.datasets import _writable_copy
     from gbpn.errors import GBPNError

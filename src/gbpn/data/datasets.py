@@ -117,35 +117,76 @@ def _writable_copy(root: Path, sub: str, whole: bool = False) -> Path:
     return target
 
 
+# a "Downloading ..." line waits this long (or for the next line, or the end of the load) before it is said: a download
+# that fails at once (offline, a data set --skip-missing then skips) says nothing of a download that never happened
+DOWNLOAD_NOTICE_S = 2.0
+
+
 class _LinesToLog(io.TextIOBase):
     """A text stream whose complete lines become log messages: a download at INFO (it takes a while),
-    the rest (PyG's "Processing...", "Done!") at DEBUG, shown with ``-v``."""
+    the rest (PyG's "Processing...", "Done!") at DEBUG, shown with ``-v``. A "Downloading" line is held
+    until the next line, :data:`DOWNLOAD_NOTICE_S` or the end of the load (:meth:`release`), and dropped
+    if the load fails first (:meth:`drop`): the error says that the download failed."""
 
     def __init__(self) -> None:
+        import threading
+
         self._pending = ""
+        self._held: Optional[str] = None
+        self._timer = None
+        self._lock = threading.Lock()
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
+        import threading
+
         *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
             msg = line.strip().split("\r")[-1]
-            if msg:
-                log.log(logging.INFO if msg.startswith(("Downloading", "Extracting")) else logging.DEBUG, msg)
+            if not msg:
+                continue
+            self.release()
+            if msg.startswith("Downloading"):
+                with self._lock:
+                    self._held = msg
+                    self._timer = threading.Timer(DOWNLOAD_NOTICE_S, self.release)
+                    self._timer.daemon = True
+                    self._timer.start()
+            else:
+                log.log(logging.INFO if msg.startswith("Extracting") else logging.DEBUG, msg)
         return len(text)
+
+    def release(self) -> None:
+        """Say the held "Downloading" line, if any."""
+        with self._lock:
+            held, self._held = self._held, None
+            if self._timer is not None:
+                self._timer.cancel()
+        if held:
+            log.info(held)
+
+    def drop(self) -> None:
+        """Forget the held "Downloading" line: the load failed before the download got anywhere."""
+        with self._lock:
+            self._held = None
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 @contextlib.contextmanager
 def _library_output_to_log() -> Iterator[None]:
     """What PyG and OGB print while they download and process ("Processing...", "Done!") goes through
     logging like the rest of gbpn's messages, not straight to the terminal or into stdout's results."""
-    sink = _LinesToLog()
+    sink, failed = _LinesToLog(), True
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield
+        failed = False
     finally:
         sink.write("\n")  # an unfinished last line
+        sink.drop() if failed else sink.release()  # a download that failed at once is not announced
 
 
 @contextlib.contextmanager
