@@ -64,8 +64,9 @@ def add_parser(sub, common) -> None:
     b.add_argument("--skip-missing", action="store_true",
                    help="run the grid without the data sets whose files are absent (each named in a warning); "
                         "by default an absent data set stops the grid before it starts")
-    add_option(b, "device", help="where GBPN and the :tuned models train: cpu, cuda, cuda:N or auto (CUDA "
-                                 "when available); the other baselines train on the CPU (default: cpu)")
+    add_option(b, "device", help="where GBPN and the :tuned, :published and :classic models train: cpu, cuda, "
+                                 "cuda:N or auto (CUDA when available); the other baselines train on the CPU "
+                                 "(default: cpu)")
     add_threads(b)
     b.add_argument("--output", default=None,
                    help="output folder (default: runs/benchmark-<preset>, with -quick for --quick; a free grid: "
