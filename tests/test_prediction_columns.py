@@ -96,3 +96,34 @@ def test_cora_and_citeseer_name_their_classes_in_label_order(data_dir):
         d = load_dataset(name, data_dir)
         counts = torch.bincount(d.y[d.y >= 0], minlength=d.num_classes).tolist()
         assert dict(zip(d.class_names, counts)) == expected
+
+
+def test_predict_report_scores_the_unclamped_test_nodes_and_plot_draws_their_confusion(run, tmp_path, capsys):
+    from sklearn.metrics import f1_score
+
+    _, y, out = run
+    metrics = json.loads((out / "metrics.json").read_text())
+    best = max(metrics["trials"], key=lambda t: t["val_accuracy"])  # model.pt's trial
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", str(out / "model.pt"), "--report", "-q"]) == 0  # RUN/predictions.csv
+    text = capsys.readouterr().out
+    test = [r for r in _rows(out / "predictions.csv") if r["split"] == "test"]
+    truth, guess = [r["label"] for r in test], [r["prediction"] for r in test]
+    counts = [[sum(t == a and g == b for t, g in zip(truth, guess)) for b in "ab"] for a in "ab"]
+    assert (f"test split, {len(test)} nodes: accuracy {100 * best['test_accuracy']:.2f}%, macro F1 "
+            f"{100 * f1_score(truth, guess, labels=list('ab'), average='macro', zero_division=0):.2f}%") in text
+    lines = text.splitlines()
+    matrix = lines[lines.index(next(x for x in lines if x.startswith("confusion matrix"))) + 2:]
+    assert [[int(v) for v in row.split()[2:]] for row in matrix] == counts  # rows "0 a", "1 b": true class
+    # clamping the test labels leaves nothing to score, and says so
+    code = main(["predict", "--checkpoint", str(out / "model.pt"), "--known", "labeled", "--report",
+                 "--output", str(tmp_path / "k.csv"), "-q"])
+    assert code == 2 and "clamped as evidence" in capsys.readouterr().err
+    # gbpn plot draws the same matrix from the run's predictions.csv
+    pytest.importorskip("matplotlib")
+    from gbpn.experiments.report import read_predictions, score_report
+
+    assert main(["plot", str(out), "--output", str(tmp_path / "fig" / "c")]) == 0
+    assert (tmp_path / "fig" / "c-confusion.png").is_file() and (tmp_path / "fig" / "c-confusion.svg").is_file()
+    t = read_predictions(out / "predictions.csv")
+    assert score_report(t["predicted"], t["labels"], t["split"], t["known"], t["classes"])["confusion"] == counts

@@ -14,7 +14,9 @@ def add_parser(sub, common) -> None:
                        help="draw a run's learning curves: each trial's training loss and validation score per epoch, "
                             "the epoch kept marked (PNG and SVG; needs matplotlib)")
     p.add_argument("run", metavar="RUN", help="run folder written by gbpn train (it reads history.csv and "
-                                              "metrics.json; a run still training draws the trials finished so far)")
+                                              "metrics.json; a run still training draws the trials finished so far); "
+                                              "where gbpn predict has written RUN/predictions.csv, the test split's "
+                                              "confusion matrix too (confusion.png/.svg)")
     p.add_argument("--output", default=None,
                    help="where to write: a file name without extension, or a folder for curves.png/.svg in it "
                         "(default: RUN/curves.png and RUN/curves.svg)")
@@ -30,4 +32,16 @@ def run(args: argparse.Namespace) -> int:
         output = str(Path(output).with_suffix(""))
     stem = plot_run(args.run, output)
     print(f"learning curves of {args.run} saved to {stem}.png and {stem}.svg")
+    predictions = Path(args.run) / "predictions.csv"  # gbpn predict's default output for RUN/model.pt
+    if predictions.is_file():
+        from gbpn.experiments.report import plot_confusion, read_predictions, score_report
+
+        table = read_predictions(predictions)
+        report = score_report(table["predicted"], table["labels"], table["split"], table["known"], table["classes"])
+        confusion = stem.with_name("confusion" if stem.name == "curves" else f"{stem.name}-confusion")
+        plot_confusion(report, confusion)
+        print(f"confusion matrix of {predictions} on the test split saved to {confusion}.png and {confusion}.svg")
+    else:
+        print(f"no confusion matrix: {predictions} is absent (gbpn predict --checkpoint {Path(args.run) / 'model.pt'} "
+              "writes it)")
     return 0

@@ -44,6 +44,9 @@ def add_parser(sub, common) -> None:
     p.add_argument("--output", default=None,
                    help="CSV to write (a folder: predictions.csv in it; default: predictions.csv beside the "
                         "checkpoint)")
+    p.add_argument("--report", action="store_true",
+                   help="also print the confusion matrix and each class's precision, recall and F1 on the test split "
+                        "of the checkpoint (nodes clamped as evidence left out; scikit-learn)")
     add_wait(p)
     add_threads(p)
 
@@ -67,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         if set_ and rank_and_world()[1] < 2:
             raise GBPNError(f"{flag} is for partitioned inference over the ranks of torchrun (2 or more): launch "
                             "with torchrun, or leave it out")
+    if args.report and args.per_rank:
+        raise GBPNError("--report needs every node's prediction on one rank: leave out --per-rank")
     run_ = loaded(args)
     output = file_in(args.output, "predictions.csv") or str(Path(args.checkpoint).with_name("predictions.csv"))
     with locked(Path(output).parent, args.wait):
@@ -74,7 +79,19 @@ def run(args: argparse.Namespace) -> int:
             return _partitioned_predict(args, run_, output)
         probs = api.predict(run_, args.num_steps, args.node_chunk, args.edge_chunk, args.half_messages, args.device)
         write_probabilities(output, probs, run_)
+    if args.report:
+        print_report(probs, run_)
     return 0
+
+
+def print_report(probs: np.ndarray, run: api.Loaded) -> None:
+    """``--report``: the confusion matrix and per-class scores on the test split (:mod:`gbpn.experiments.report`)."""
+    import numpy as np
+
+    from gbpn.experiments.report import format_report, score_report
+
+    known = run.mask.numpy() if run.mask is not None else np.zeros(len(probs), dtype=bool)
+    print(format_report(score_report(probs.argmax(1), run.data.y.numpy(), run.node_splits(), known, run.class_names)))
 
 
 def write_probabilities(output: str, probs: np.ndarray, run: api.Loaded, nodes: Optional[torch.Tensor] = None) -> None:
@@ -123,6 +140,8 @@ def _partitioned_predict(args: argparse.Namespace, run: api.Loaded, output: str)
         files = [output]
         if log_b is not None:
             write_probabilities(output, log_b.exp().numpy(), run)
+            if args.report:
+                print_report(log_b.exp().numpy(), run)
     if rank == 0:
         write_json(Path(output).with_suffix(".json"),
                    {"checkpoint": str(Path(args.checkpoint).resolve()), "known": run.known,
