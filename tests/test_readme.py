@@ -143,3 +143,50 @@ def test_user_docs_name_no_commit_hashes():
     found = [f"{p.name}: {h}" for p in pages for h in re.findall(r"\b[0-9a-f]{7,40}\b", p.read_text())
              if re.search(r"[a-f]", h) and re.search(r"[0-9]", h)]
     assert not found, found
+
+
+HEAVY = re.compile(r"\bgbpn (train|benchmark)\b|-m gbpn train\b|\bpytest\b|\bgbpn analyze (sampling|identifiability)\b")
+DURATION = re.compile(r"\b\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s*(?:s|min|h)\b|\bhours\b")
+
+
+# Sections whose durations their own developer is measuring (the encoders' study): left out until they state them
+PENDING = ("### Potential encoders against the best baseline",)
+
+
+def _heavy_blocks(text: str):
+    """Per fenced bash block of ``text``: its heavy lines (commands that train, or run the tests), each with the
+    durations its own comment states, and the durations of the prose after the block (to the next block or
+    heading)."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```bash"):
+            end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
+            commands = "\n".join(lines[i + 1:end]).replace("\\\n", " ").splitlines()
+            heavy = [(c, DURATION.findall(c.partition("  #")[2])) for c in commands
+                     if HEAVY.search(c.partition("  #")[0]) and "--table-only" not in c]
+            after = []
+            for line in lines[end + 1:]:
+                if line.startswith(("```", "#")):
+                    break
+                after.append(line)
+            if heavy:
+                yield heavy, DURATION.findall(" ".join(after))
+            i = end
+        i += 1
+
+
+def test_every_heavy_readme_line_says_how_long_it_takes():
+    """Every README command that trains (or runs the tests) carries a duration: in its own comment, or in the prose
+    right after its block, which holds at least one duration per heavy line without its own."""
+    text = README.read_text()
+    for head in PENDING:
+        text = text.replace(_section(text, head), "")
+    blocks = list(_heavy_blocks(text))
+    assert len(blocks) >= 8  # the install line, the tests, Cora, Chameleon, the grids, torchrun, the result tables
+    missing = []
+    for heavy, after in blocks:
+        bare = [c for c, own in heavy if not own]
+        if len(after) < len(bare):
+            missing += bare
+    assert not missing, "README lines that train without saying how long they take:\n" + "\n".join(missing)
