@@ -37,9 +37,11 @@ PUBLISHED = {  # (data set, row) -> (mean, std), test accuracy %
 
 def _grid_rows(folder: Path):
     """A grid's finished runs (``rows/*.json``: also those of a grid still running)."""
+    budget = json.loads((folder / "config.json").read_text()).get("budget")
     for path in sorted((folder / "rows").glob("*.json")):
         r = json.loads(path.read_text())
-        yield r["dataset"], r["model"], float(r["test_accuracy"])
+        tuned = r["model"].endswith(":tuned") and budget is not None
+        yield r["dataset"], r["model"] + (f" (budget {budget:g})" if tuned else ""), float(r["test_accuracy"])
 
 
 def _run_rows(folder: Path):
