@@ -85,3 +85,14 @@ def test_config_reruns_a_published_protocol_run_exactly(tmp_path, potential, opt
     again, _ = api.train(rec.dataset, rec.config, rec.trials, rec.seed, str(tmp_path / "b"), progress=False)
     keys = ("val_accuracy", "test_accuracy", "best_epoch", "last_loss")
     assert {k: again["trials"][0][k] for k in keys} == {k: first["trials"][0][k] for k in keys}
+
+
+def test_a_classic_row_on_a_data_set_without_a_published_setting_stops_before_the_grid(capsys, tmp_path):
+    from gbpn.cli import main
+
+    out = tmp_path / "grid"
+    assert main(["benchmark", "--models", "sage:classic", "--datasets", "synth-ising+", "--trials", "1",
+                 "--output", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Luo et al." in err[0] and "synth-ising+" in err[0] and "sage:tuned" in err[0]
+    assert not out.exists()

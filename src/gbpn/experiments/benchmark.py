@@ -31,8 +31,9 @@ from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
-from gbpn.baselines.published import PUBLISHED_MODELS, run_published
-from gbpn.io import atomic_write, is_score, read_json, score_or_nan, versions, write_csv, write_json, write_predictions
+from gbpn.baselines.published import PUBLISHED_MODELS, classic_setting, run_published
+from gbpn.io import (atomic_write, check_writable, is_score, read_json, score_or_nan, versions, write_csv, write_json,
+                     write_predictions)
 from gbpn.progress import Progress
 from gbpn.train.metrics import check_metric, default_metric
 from gbpn.bp.layer import warm_up
@@ -336,7 +337,11 @@ def run_grid(
                            "--output folder")
     for d in datasets:  # a misspelt name fails now, not after the grid's earlier data sets have run
         check_dataset_name(d)
+        for m in models:  # and a published setting the data set lacks
+            if m.endswith(":classic"):
+                classic_setting(m.partition(":")[0], dataset_name(d))
     resolve_device(device)  # and a GPU this machine lacks
+    check_writable(out)  # and a folder that cannot be written, before the grid says what it will run
     recorded = False
 
     def record_config() -> None:
