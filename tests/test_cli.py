@@ -266,6 +266,31 @@ def test_more_threads_than_cpus_are_capped_with_a_warning(tmp_path, capsys, monk
     assert code == 0 and "--threads 100000 is more than the 2 CPU(s)" in err and ", 2 threads;" in err
 
 
+def test_more_threads_than_free_cores_are_warned_of_in_one_line(tmp_path, capsys, monkeypatch):
+    import os
+
+    from gbpn import cli
+    from gbpn.cli.threads import busy_note
+
+    monkeypatch.setattr(cli, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.3, 5.1, 3.9))  # five jobs on two cores
+    before = torch.get_num_threads()
+    try:
+        code, _, err = run(["train", "--dataset", "synth-ising+", "--epochs", "1", "--hidden", "8", "--threads", "2",
+                            "--output", str(tmp_path / "o")], capsys)
+    finally:
+        torch.set_num_threads(before)
+    said = [line for line in err.splitlines() if line.startswith("--threads")]
+    assert code == 0 and said == ["--threads 2: the load average is 5.3 on 2 CPU(s), so about 1 is free; threads "
+                                  "beyond the free cores wait on each other and can make the run several times "
+                                  "slower than --threads 1 (docs/usage.md)"]
+    assert busy_note(1, 2) is None  # one thread is never too many
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.3, 0.2, 0.1))
+    assert busy_note(2, 2) is None and busy_note(3, 4) is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.4, 2.0, 2.0))
+    assert "about 2 are free" in busy_note(3, 4)
+
+
 def test_explain_parts_add_up_for_free_and_clamped_nodes(trained, tmp_path, capsys):
     meta = torch.load(trained / "model.pt", weights_only=True)
     from gbpn.data import load_dataset

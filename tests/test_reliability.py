@@ -290,7 +290,7 @@ def test_identifiability_kinds_are_checked_by_the_parser(capsys):
     (["--tol", "1e-3"], "--tol: only for --backward implicit"),
     (["--potential-hops", "3"], "--potential-hops: only for --potential sign"),
     (["--potential", "sign", "--residual", "--potential-layers", "3"],
-     "--potential-layers, --residual: only for --potential gcn, sage or gat"),
+     "--potential-layers, --residual: only for --potential gcn, sage, gat, classic-gcn, classic-sage or classic-gat"),
 ])
 def test_train_options_that_would_act_on_nothing_are_refused(graph, tmp_path, args, message, capsys):
     assert _train(["--dataset", str(graph), *args], tmp_path / "o") == 2

@@ -106,10 +106,16 @@ def test_interrupted_distributed_training_resumes(tmp_path):
 @pytest.mark.slow
 def test_full_batch_training_under_torchrun_is_refused(tmp_path):
     proc = torchrun(["train", "--epochs", "2", "--output", str(tmp_path / "run")])
-    assert proc.returncode != 0
-    assert "gbpn train: error: training under torchrun is data-parallel" in proc.stderr
-    # torchrun's launcher prints its own traceback of the failed children; none comes from gbpn
+    assert proc.returncode != 0  # torchrun exits 1 whatever its ranks' codes (each rank exits 2)
+    error = "gbpn train: error: training under torchrun is data-parallel"
+    # said once (rank 0; the others ran the same checks), not once per rank
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("gbpn train")]
+    assert len(ours) == 1 and ours[0].startswith(error), proc.stderr[-3000:]
+    # torchrun's launcher prints its own traceback of the failed children; none comes from gbpn, and its summary
+    # names the ranks' error (from the error file torchrun gives each rank), not a pointer to torchrun's docs
     assert "gbpn/cli" not in proc.stderr and "GBPNError" not in proc.stderr
+    assert f"traceback : {error}" in proc.stderr and "To enable traceback see" not in proc.stderr
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("flag", [["--per-rank"], ["--parts-file", "parts.pt"]])
@@ -122,3 +128,21 @@ def test_single_process_commands_refuse_torchrun(monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["coupling", "--checkpoint", "nowhere.pt"]) == 2
     assert "does not run under torchrun" in capsys.readouterr().err
+
+
+def test_a_rank_other_than_0_leaves_its_error_to_torchrun_s_summary(tmp_path, monkeypatch, capsys):
+    """Rank 0 says an error every rank has; each rank writes it to the error file torchrun gives it (its summary
+    shows a failed rank's message from there): an error of one rank alone reaches the user too."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank in ("1", "0"):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / f"error{rank}.json"))
+        assert main(["coupling", "--checkpoint", "nowhere.pt"]) == 2
+        err = capsys.readouterr().err
+        assert ("does not run under torchrun" in err) == (rank == "0"), err
+        recorded = json.loads((tmp_path / f"error{rank}.json").read_text())["message"]
+        assert recorded["message"].startswith("gbpn coupling: does not run under torchrun")
+        from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+        failure = ProcessFailure(local_rank=int(rank), pid=1, exitcode=2, error_file=str(tmp_path / f"error{rank}.json"))
+        assert failure.message["extraInfo"]["py_callstack"] == recorded["message"]  # what its summary prints

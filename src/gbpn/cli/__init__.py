@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
+import time
 import warnings
 from typing import List, Optional
 
 import gbpn
-from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sample_mrf, train
+from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sample_mrf, threads, train
 from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
 from gbpn.cli.output import one_line
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
@@ -63,6 +65,8 @@ def _set_threads(args: argparse.Namespace) -> None:
     if args.threads > cap:  # the fused kernels' per-thread buffers and thread pool grow with it
         logger.warning(f"--threads {args.threads} is more than the {cap} CPU(s) this process may use; using {cap}")
         args.threads = cap
+    if note := threads.busy_note(args.threads, cap):  # the CPUs exist, but other work holds them
+        logger.warning(note)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(args.threads)
     else:  # PyTorch takes its thread count from here when the command loads it (not before: it takes seconds)
@@ -150,9 +154,8 @@ def _main_distributed(args: argparse.Namespace) -> int:
 
     if args.command not in DISTRIBUTED_COMMANDS:
         with _logging_to_stderr(0, False):
-            logger.error(f"gbpn {args.command}: does not run under torchrun (only {' and '.join(DISTRIBUTED_COMMANDS)} "
-                         "do); run it as a single process")
-        return 2
+            return _clear_error(f"gbpn {args.command}: does not run under torchrun (only "
+                                f"{' and '.join(DISTRIBUTED_COMMANDS)} do); run it as a single process")
     if getattr(args, "device", None):
         from gbpn.train.config import resolve_device
 
@@ -161,14 +164,12 @@ def _main_distributed(args: argparse.Namespace) -> int:
             resolve_device(args.device)  # no CUDA device: say so, not that NCCL is missing
         except GBPNError as err:
             with _logging_to_stderr(0, False):
-                logger.error(f"gbpn {args.command}: error: {err}")
-            return 2
+                return _clear_error(f"gbpn {args.command}: error: {err}")
     try:
         rank, _ = distributed.init_from_env(getattr(args, "device", "cpu"))
     except (RuntimeError, ValueError) as err:
         with _logging_to_stderr(0, False):
-            logger.error(f"gbpn {args.command}: could not join the torchrun process group: {err}")
-        return 2
+            return _clear_error(f"gbpn {args.command}: could not join the torchrun process group: {err}")
     if rank != 0:
         args.quiet = True
     code = 1
@@ -184,6 +185,24 @@ def _main_distributed(args: argparse.Namespace) -> int:
             except RuntimeError:  # a peer failed and left; its own message says why
                 pass
         dist.destroy_process_group()
+
+
+def _clear_error(message: str) -> int:
+    """A user's error: its one line, and exit code 2. Under ``torchrun`` the ranks run the same checks on the same
+    arguments and data, so rank 0 alone says it (the others with -v); every rank also leaves it in the error file
+    torchrun gives it, whose message torchrun's failure summary shows for the rank in place of a pointer to its docs,
+    so that an error of one rank alone reaches the user too. (torchrun itself exits 1 whatever its ranks' codes.)"""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:
+        with contextlib.suppress(OSError), open(error_file, "w") as fh:
+            line = one_line(message)  # as torch's own ErrorHandler.record_exception writes it, the line for a traceback
+            json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                  "timestamp": str(int(time.time()))}}}, fh)
+    if int(os.environ.get("RANK", "0")) == 0:
+        logger.error(message)
+    else:
+        logger.debug(message)
+    return 2
 
 
 def _out_of_memory(err: BaseException) -> bool:
@@ -230,12 +249,13 @@ def _run(args: argparse.Namespace) -> int:
         try:
             return COMMANDS[args.command].run(args)
         except GBPNError as err:
-            logger.error(f"gbpn {args.command}: error: {err}")
-            return 2
+            return _clear_error(f"gbpn {args.command}: error: {err}")
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM: 128 + the signal's number, as a shell reports it
             terminated = isinstance(err, Terminated)
-            logger.error(f"gbpn {args.command}: {'terminated (SIGTERM)' if terminated else 'interrupted'}; rerun "
-                         "the same command to resume")
+            how = "terminated (SIGTERM)" if terminated else "interrupted"
+            if terminated and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun stops the others when a rank stops
+                how = "terminated (SIGTERM: torchrun stops every rank once one stops; its error is in torchrun's summary)"
+            logger.error(f"gbpn {args.command}: {how}; rerun the same command to resume")
             return 143 if terminated else 130
         except BrokenPipeError:  # stdout's reader left (`| head`): what it read is what it wanted
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -246,9 +266,8 @@ def _run(args: argparse.Namespace) -> int:
                 raise
             if _out_of_memory(err):  # sizes asked for beyond the machine: say which options set them
                 first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-                logger.error(f"gbpn {args.command}: error: out of memory ({first}); lower --hidden, --batch-size "
-                             "or --size, or set --edge-chunk / --node-chunk where the command has them")
-                return 2
+                return _clear_error(f"gbpn {args.command}: error: out of memory ({first}); lower --hidden, "
+                                    "--batch-size or --size, or set --edge-chunk / --node-chunk where the command has them")
             logger.error(f"gbpn {args.command}: internal error: {type(err).__name__}: {err} "
                          "(set GBPN_DEBUG=1 for the traceback)")
             return 1
