@@ -1,5 +1,5 @@
-"""Accuracy against budget: budgeted ``auto``'s test score and wall time per trial at each ``--budget``, one panel
-per data set, beside the rows of fixed models (the published ones, GBPN on their encoders) run on the same splits.
+"""Accuracy against budget: budgeted ``auto``'s test score against the epochs it trained (every configuration's, the
+kept one's included) per trial at each ``--budget``, with the wall time in the table, one panel per data set, beside the rows of fixed models (the published ones, GBPN on their encoders) run on the same splits.
 
 Reads ``gbpn benchmark`` grids of ``gbpn:tuned`` (one per budget, their ``config.json`` says which) and any other
 grids or ``gbpn train`` run folders to draw as reference lines, over the trials every budget has. Writes
@@ -34,7 +34,7 @@ def main() -> None:
         budget = json.loads((folder / "config.json").read_text())["budget"]
         for r in _rows(folder):
             points.setdefault(r["dataset"], {}).setdefault(budget, {})[r["trial"]] = (
-                100 * r["test_accuracy"], r["seconds"])
+                100 * r["test_accuracy"], r["seconds"], r["search_epochs"])
     refs = {}  # dataset -> model -> {trial: test %}
     for folder in args.references:
         for r in _rows(folder):
@@ -46,18 +46,21 @@ def main() -> None:
 
     datasets = [d for d in sorted(points) if args.datasets is None or d in args.datasets]
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
-    print("| data set | budget | trials | test accuracy % | s per trial |\n|---|---|---|---|---|")
+    print("| data set | budget | trials | test accuracy % | epochs trained per trial | s per trial |\n"
+          "|---|---|---|---|---|---|")
     for ax, ds in zip(axes[0], datasets):
         trials = set.intersection(*(set(t) for t in points[ds].values()))  # the trials every budget has
         xs, ys, es = [], [], []
         for budget in sorted(points[ds]):
             acc = [points[ds][budget][t][0] for t in sorted(trials)]
             sec = [points[ds][budget][t][1] for t in sorted(trials)]
-            xs.append(statistics.mean(sec))
+            epochs = [points[ds][budget][t][2] for t in sorted(trials)]
+            xs.append(statistics.mean(epochs))
             ys.append(statistics.mean(acc))
             es.append(statistics.stdev(acc) if len(acc) > 1 else 0.0)
             ax.annotate(f"B={budget:g}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4), fontsize=8)
-            print(f"| {ds} | {budget:g} | {len(acc)} | {ys[-1]:.1f} ± {es[-1]:.1f} | {xs[-1]:.0f} |")
+            print(f"| {ds} | {budget:g} | {len(acc)} | {ys[-1]:.1f} ± {es[-1]:.1f} | {xs[-1]:.0f} | "
+                  f"{statistics.mean(sec):.0f} |")
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label="GBPN auto --budget B")
         for k, (model, cells) in enumerate(sorted(refs.get(ds, {}).items())):
             same = [cells[t] for t in sorted(trials) if t in cells]
@@ -65,7 +68,7 @@ def main() -> None:
                 ax.axhline(statistics.mean(same), ls="--", lw=1, color=f"C{k + 1}",
                            label=f"{model} ({len(same)} trials)")
         ax.set_xscale("log")
-        ax.set_xlabel("wall seconds per trial (one thread)")
+        ax.set_xlabel("epochs trained per trial, every configuration's (the search's cost)")
         ax.set_ylabel("test accuracy %")
         ax.set_title(f"{ds} ({len(trials)} trials)")
         ax.legend(fontsize=7)
