@@ -181,7 +181,7 @@ def test_benchmark_names_and_the_exact_model_reference():
     c = gbpn_config("gbpn-triangle:sign")
     assert (c.variant, c.motifs, c.max_triangles_per_node, c.potential) == ("gbpn", "triangle", None, "sign")
     assert gbpn_config("gbpn").motifs == "none" and gbpn_config("gcn-triangle") is None
-    with pytest.raises(GBPNError, match="positive"):
+    with pytest.raises(GBPNError, match="must lie in 1.."):
         gbpn_config("gbpn-triangle0")
     data = make_triangle_mrf(8, 8, num_classes=2, triangle_strength=1.0, num_samples=1, burn_in=20, thin=1)
     masks = random_split(data.y, 0.3, 0.2, 0)
