@@ -86,16 +86,3 @@ def test_figures_without_matplotlib_say_how_to_install_it(monkeypatch, tmp_path)
     with pytest.raises(GBPNError, match="needs matplotlib, which is not installed: " + re.escape(install_hint("analysis"))):
         plot_couplings({"H": np.ones((2, 2))}, tmp_path / "coupling.png")
     assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.slow
-def test_the_coupling_command_without_matplotlib_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
-    from gbpn.cli import main
-
-    assert main(["train", "--dataset", "synth-ising+", "--epochs", "1", "--hidden", "8", "-q", "--output",
-                 str(tmp_path / "run")]) == 0
-    capsys.readouterr()
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert main(["coupling", "--checkpoint", str(tmp_path / "run" / "model.pt")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pip install 'gbpn[analysis]'" in err[0] and "Traceback" not in err[0]
