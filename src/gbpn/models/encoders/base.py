@@ -19,6 +19,13 @@ def linear_map(x: Tensor, lin: nn.Linear) -> Tensor:
     return lin(x)
 
 
+def reset_children(module: nn.Module) -> None:
+    """``reset_parameters()`` of every sub-module of ``module`` that has one, in ``modules()`` order."""
+    for m in module.modules():
+        if m is not module and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+
+
 def adjacency_csr(edge_index: Tensor, num_nodes: int, weight: Optional[Tensor] = None,
                dtype: torch.dtype = torch.float32) -> Tensor:
     """``[N, N]`` CSR adjacency with row = target, column = source (PyG's ``adj_t``), in ``dtype``."""

@@ -9,10 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
-from torch_geometric.utils import add_remaining_self_loops
+from torch_geometric.utils import add_remaining_self_loops, remove_self_loops
 
 from gbpn.errors import GBPNError
-from gbpn.models.encoders.base import GraphInput, adjacency_csr, linear_map
+from gbpn.models.encoders.base import GraphInput, adjacency_csr, linear_map, reset_children
+from gbpn.models.encoders.sign import propagation_matrix
 from gbpn.models.encoders.options import GNNOptions  # noqa: F401  (its options, with the encoder)
 
 
@@ -76,22 +77,18 @@ class ClassicGNN(nn.Module):
         return GATConv(a, b // self.heads, heads=self.heads, add_self_loops=False, bias=False)
 
     def reset_parameters(self) -> None:
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
+        reset_children(self)
 
     def precompute(self, x: Tensor, edge_index: Tensor) -> GraphInput:
         """The features with the graph its convolutions read, self-loops added: a CSR adjacency (GCN normalised,
         SAGE as is), or ``edge_index`` for GAT's per-edge attention."""
         n = x.size(0)
+        if self.conv == "gcn":  # SIGN's GCN operator, which adds one self-loop per node
+            return GraphInput(x, propagation_matrix(remove_self_loops(edge_index)[0], n, False, x.dtype))
         edge_index, _ = add_remaining_self_loops(edge_index, num_nodes=n)
         if self.conv == "gat":
             return GraphInput(x, edge_index)
-        if self.conv == "sage":
-            return GraphInput(x, adjacency_csr(edge_index, n, dtype=x.dtype))
-        deg = edge_index.new_zeros(n).index_add_(0, edge_index[1], edge_index.new_ones(edge_index.size(1))).to(x.dtype)
-        inv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-        return GraphInput(x, adjacency_csr(edge_index, n, inv[edge_index[0]] * inv[edge_index[1]], x.dtype))
+        return GraphInput(x, adjacency_csr(edge_index, n, dtype=x.dtype))
 
     def _apply_conv(self, i: int, h: Tensor, graph: Tensor) -> Tensor:
         conv = self.convs[i]

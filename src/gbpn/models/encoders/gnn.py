@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from gbpn.errors import GBPNError
-from gbpn.models.encoders.base import GraphInput, adjacency_csr, linear_map
+from gbpn.models.encoders.base import GraphInput, adjacency_csr, linear_map, reset_children
 from gbpn.models.encoders.options import GNNOptions  # noqa: F401  (its options, with the encoder)
 from gbpn.models.mlp import dropout
 
@@ -78,9 +78,7 @@ class GNNEncoder(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
+        reset_children(self)
 
     def precompute(self, x: Tensor, edge_index: Tensor) -> GraphInput:
         # GCN and SAGE run one sparse-dense product per layer on a CSR adjacency (much faster on

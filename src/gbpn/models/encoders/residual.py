@@ -15,11 +15,12 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.utils import add_remaining_self_loops, softmax
+from torch_geometric.utils import add_remaining_self_loops, remove_self_loops, softmax
 
 from gbpn.errors import GBPNError
 from gbpn.graph.adjacency import csr_adjacency
-from gbpn.models.encoders.base import GraphInput, linear_map
+from gbpn.models.encoders.base import GraphInput, linear_map, reset_children
+from gbpn.models.encoders.sign import propagation_matrix
 from gbpn.models.encoders.options import BlockOptions  # noqa: F401  (its options, with the encoder)
 
 # aggregation -> (attention kind, ego channel concatenated to the neighbours' aggregate)
@@ -168,9 +169,7 @@ class ResidualGNN(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
+        reset_children(self)
 
     def precompute(self, x: Tensor, edge_index: Optional[Tensor] = None) -> GraphInput:
         """The features with the CSR adjacency the blocks aggregate on (``gcn``: symmetric normalisation;
@@ -178,18 +177,13 @@ class ResidualGNN(nn.Module):
         n = x.size(0)
         if edge_index is None:  # ResNet reads no graph
             edge_index = torch.empty(2, 0, dtype=torch.long, device=x.device)
+        if self.aggregation in ("gcn", "sage"):  # SIGN's operators: GCN's with self-loops, the neighbour mean
+            if self.aggregation == "gcn":
+                edge_index, _ = remove_self_loops(edge_index)  # propagation_matrix adds one per node
+            return GraphInput(x, propagation_matrix(edge_index, n, self.aggregation == "sage", x.dtype))
         if self.aggregation in SELF_LOOPS:
             edge_index, _ = add_remaining_self_loops(edge_index, num_nodes=n)
-        if self.aggregation in ("gcn", "sage"):
-            deg = torch.bincount(edge_index[1], minlength=n).to(x.dtype)
-            if self.aggregation == "gcn":
-                inv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-                weight = inv[edge_index[0]] * inv[edge_index[1]]
-            else:
-                weight = deg.clamp_min(1).reciprocal()[edge_index[1]]
-        else:
-            weight = None
-        return GraphInput(x, csr_adjacency(edge_index, n, weight))
+        return GraphInput(x, csr_adjacency(edge_index, n))
 
     def forward(self, inputs: Union[GraphInput, Tensor], edge_index: Optional[Tensor] = None) -> Tensor:
         if not isinstance(inputs, GraphInput):

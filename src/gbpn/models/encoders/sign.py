@@ -27,7 +27,7 @@ def propagation_matrix(edge_index: Tensor, num_nodes: int, separate: bool = True
     if not separate:
         loops = torch.arange(num_nodes, device=edge_index.device)
         src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-    deg = torch.bincount(dst, minlength=num_nodes).float()
+    deg = torch.bincount(dst, minlength=num_nodes).to(dtype)
     if separate:
         w = deg.clamp_min(1).reciprocal()[dst]
     else:
