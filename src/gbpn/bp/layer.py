@@ -94,6 +94,9 @@ class BeliefPropagation(nn.Module):
             kernels, :func:`~gbpn.bp.backends.cpu_fused.fused_implicit_bp`): training memory is one step's,
             whatever the number of steps; convergence counts are in :attr:`implicit_stats`.
             (default: ``"unroll"``)
+        max_steps (int, optional): with ``backward="implicit"``, the most steps of a pass, in training
+            and at inference (where it runs to ``tol`` too); ``None``: ``num_steps`` (models saved before
+            this option held the bound there). Unused when unrolling. (default: ``None``)
         kernel (str, optional): ``"auto"`` runs the first backend of
             :data:`gbpn.bp.dispatch.BACKENDS` that accepts the call: the two-class log-odds kernels
             on CPU (``cpu_binary``), the fused numba kernels on CPU, forward and backward
@@ -152,6 +155,7 @@ class BeliefPropagation(nn.Module):
         coupling_init: Optional[Tensor] = None,
         backward: str = "unroll",
         kernel: str = "auto",
+        max_steps: Optional[int] = None,
     ):
         super().__init__()
         _check_kernel(kernel)
@@ -160,12 +164,15 @@ class BeliefPropagation(nn.Module):
         if backward == "implicit" and tol is None:
             tol = 1e-4
         _check_steps(num_steps)
+        if max_steps is not None:
+            _check_steps(max_steps)
         if not 0.0 <= damping < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping}")
         if tol is not None and not 0.0 <= tol < math.inf:
             raise ValueError(f"tol must be a finite number >= 0 (or None: run every step), got {tol}")
         self.num_classes = num_classes
         self.num_steps = num_steps
+        self.max_steps = max_steps
         self.damping = damping
         self.tol = tol
         self.backward = backward
@@ -186,6 +193,14 @@ class BeliefPropagation(nn.Module):
     @property
     def log_H(self) -> Tensor:
         return self.coupling.log_H
+
+    def steps_of(self, num_steps: Optional[int] = None) -> int:
+        """The steps a call runs: ``num_steps`` when given, else :math:`K` (``num_steps``), or with
+        ``backward="implicit"`` its bound ``max_steps`` (when set)."""
+        if num_steps is None:
+            num_steps = self.max_steps if self.backward == "implicit" and self.max_steps is not None else self.num_steps
+        _check_steps(num_steps)
+        return num_steps
 
     def forward(
         self,
@@ -243,8 +258,7 @@ class BeliefPropagation(nn.Module):
         num_nodes, c = log_self.shape
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
-        steps = self.num_steps if num_steps is None else num_steps
-        _check_steps(steps)
+        steps = self.steps_of(num_steps)
         if edge_chunk is not None and edge_chunk < 1:
             raise ValueError(f"edge_chunk must be a positive number of edges, got {edge_chunk}")
         if rev_index is None:
@@ -295,8 +309,7 @@ class BeliefPropagation(nn.Module):
                         known_mask=known_mask)
         num_nodes, c = log_self.shape
         check_pairs(pairs, num_nodes)
-        steps = self.num_steps if num_steps is None else num_steps
-        _check_steps(steps)
+        steps = self.steps_of(num_steps)
         dtype = torch.promote_types(log_self.dtype, torch.float32)  # the caller's precision, at least float32
         log_H = self.coupling.log_H.to(dtype)
         check_coupling_range(log_H, dtype)
@@ -313,7 +326,8 @@ class BeliefPropagation(nn.Module):
         return (
             f"{self.__class__.__name__}(num_classes={self.num_classes}, num_steps={self.num_steps}, "
             f"damping={self.damping}, tol={self.tol}, learn_coupling={self.coupling.learnable}, "
-            f"backward={self.backward!r}, kernel={self.kernel!r})"
+            f"backward={self.backward!r}, kernel={self.kernel!r}"
+            + ("" if self.max_steps is None else f", max_steps={self.max_steps}") + ")"
         )
 
 

@@ -33,7 +33,7 @@ from gbpn.errors import GBPNError
 from gbpn.memory import release_file_pages
 from gbpn.bp.functional import clamp_log_potential, log_normalize
 from gbpn.models.gbpn import GBPN
-from gbpn.bp.backends.pairs import Boundary, pair_bp
+from gbpn.bp import Boundary, pair_bp
 
 logger = logging.getLogger("gbpn")
 SLOW_STEP = 5.0  # seconds: a BP step this slow gets its line without -v
@@ -139,7 +139,7 @@ def partitioned_beliefs(
                        f"BP step {step + 1}: " + ", ".join(f"rank {q} {t:.1f} s" for q, t in enumerate(times)))
         last[0] = time.perf_counter()
 
-    steps = model.bp.num_steps if num_steps is None else num_steps
+    steps = model.bp.steps_of(num_steps)
     log_belief = pair_bp(log_self, mine.pairs, model.bp.log_H.detach().to(log_self.dtype), steps, model.bp.damping,
                          known_idx, clamp, chunk, message_dtype, boundary, on_step)
     sent = all_gather_object(boundary.bytes_sent // max(steps, 1) if boundary is not None else 0)

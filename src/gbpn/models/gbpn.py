@@ -13,8 +13,8 @@ from gbpn.graph.triangles import enumerate_triangles
 from gbpn.bp.layer import BeliefPropagation
 from gbpn.bp.motifs import MotifBeliefPropagation
 from gbpn.bp.validation import check_node_ids, check_not_meta
-from gbpn.models.encoders import build_encoder
-from gbpn.errors import ModelInputError
+from gbpn.models.encoders import GraphInput, build_encoder
+from gbpn.errors import GBPNError, ModelInputError
 from gbpn.models.mlp import PRECISIONS, check_sizes
 
 MOTIFS = ("none", "triangle")
@@ -45,11 +45,13 @@ class GBPN(nn.Module):
         num_hidden (int, optional): MLP / SIGN hidden layers. (default: ``2``)
         dropout (float, optional): encoder dropout. (default: ``0.1``)
         num_steps (int, optional): BP steps :math:`K`. (default: ``5``)
+        max_steps (int, optional): with ``backward="implicit"``, the most steps of a pass
+            (:class:`~gbpn.bp.layer.BeliefPropagation`; default: ``num_steps``, as models saved before it
+            had their bound there). (default: ``None``)
         precision (str, optional): MLP precision, see :class:`MLP`; BP always
             runs in the dtype of its input (float32 here). (default: ``"fp32"``)
         damping, tol, learn_coupling, coupling_init, backward: see
-            :class:`~gbpn.bp.layer.BeliefPropagation` (with ``backward="implicit"``,
-            ``num_steps`` is the most steps of a pass).
+            :class:`~gbpn.bp.layer.BeliefPropagation`.
         potential (str, optional): the encoder, one of
             :data:`gbpn.models.encoders.ENCODERS`. (default: ``"mlp"``)
         potential_options (dict, optional): the encoder's own options
@@ -94,6 +96,7 @@ class GBPN(nn.Module):
         max_triangles_per_node: Optional[int] = None,
         triangle_seed: int = 0,
         triangle_form: Optional[str] = None,
+        max_steps: Optional[int] = None,
     ):
         super().__init__()
         # before any layer is built: torch warns about zero-element weights and fails on negative ones
@@ -121,7 +124,7 @@ class GBPN(nn.Module):
                                              triangle_form=triangle_form, backward=backward)
         else:
             self.bp = BeliefPropagation(num_classes, num_steps, damping, tol, learn_coupling, coupling_init,
-                                        backward=backward)
+                                        backward=backward, max_steps=max_steps)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -154,9 +157,14 @@ class GBPN(nn.Module):
         check_node_ids(edge_index, x.size(0))
         return self.encoder.precompute(x, edge_index)
 
-    def self_potential(self, x, edge_index: Optional[Tensor] = None) -> Tensor:
+    def self_potential(self, x, edge_index: Optional[Tensor] = None, node_chunk: Optional[int] = None) -> Tensor:
         """Normalised log self-potentials ``[N, c]``: the encoder's output (from each node's own
-        features for the MLP; from its neighbourhood as well for the graph encoders)."""
+        features for the MLP; from its neighbourhood as well for the graph encoders).
+        ``node_chunk``: computed that many nodes at a time, from each node's own row of ``x`` (a graph
+        encoder's input, :class:`~gbpn.models.encoders.GraphInput`, is computed on the whole graph)."""
+        if node_chunk is not None and not isinstance(x, GraphInput):
+            rows = lambda i: torch.arange(i, min(i + node_chunk, x.size(0)), device=x.device)  # noqa: E731
+            return torch.cat([self.self_potential(x.index_select(0, rows(i))) for i in range(0, x.size(0), node_chunk)])
         edge_index = None if edge_index is None else to_edge_index(edge_index)[0]
         check_not_meta(x=x, edge_index=edge_index)
         if isinstance(x, Tensor):  # raw features (what precompute() returns for a graph encoder is its own)
@@ -225,6 +233,38 @@ class GBPN(nn.Module):
             return_messages=return_messages,
             message_weight=message_weight,
         )
+
+    @torch.no_grad()
+    def infer(self, log_self: Tensor, data, known_mask: Optional[Tensor] = None, *, num_steps: Optional[int] = None,
+              edge_chunk: Optional[int] = None, message_dtype: Optional[torch.dtype] = None,
+              triangles: Optional[Tensor] = None) -> Tensor:
+        """Inference BP from the self-potentials ``log_self`` ``[N, c]`` on the graph ``data`` (a PyG ``Data``:
+        ``edge_index`` and, if present, ``rev_index``, ``edge_weight``, ``pairs``; ``y`` holds the labels of
+        the nodes in ``known_mask``). ``message_dtype`` runs the in-place pair inference
+        (:meth:`~gbpn.bp.layer.BeliefPropagation.infer_pairs`, chunks of ``edge_chunk`` pairs), otherwise
+        ``edge_chunk`` bounds the messages' temporaries; a triangle model runs on ``triangles`` (default:
+        :meth:`triangles_of` the graph). Returns the log-beliefs ``[N, c]``."""
+        known_labels = data.y if known_mask is not None else None
+        if self.motifs == "triangle":
+            if message_dtype is not None or edge_chunk is not None:
+                raise GBPNError("a triangle model's BP runs on the whole graph in float32: leave out the edge chunks "
+                                "and half-precision messages")
+            if triangles is None:
+                triangles = self.triangles_of(data.edge_index, data.num_nodes)
+            return self.bp(log_self, data.edge_index, triangles.to(log_self.device),
+                           rev_index=getattr(data, "rev_index", None), edge_weight=getattr(data, "edge_weight", None),
+                           known_labels=known_labels, known_mask=known_mask, num_steps=num_steps)
+        if message_dtype is not None:
+            if getattr(data, "edge_weight", None) is not None:
+                raise GBPNError("low-precision pair inference does not support edge weights")
+            pairs = getattr(data, "pairs", None)
+            if pairs is None:
+                pairs = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
+            return self.bp.infer_pairs(log_self, pairs, known_labels, known_mask, num_steps=num_steps,
+                                       pair_chunk=edge_chunk or 1 << 20, message_dtype=message_dtype)
+        return self.bp(log_self, data.edge_index, rev_index=getattr(data, "rev_index", None),
+                       edge_weight=getattr(data, "edge_weight", None), known_labels=known_labels,
+                       known_mask=known_mask, num_steps=num_steps, edge_chunk=edge_chunk)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(encoder={self.encoder!r}, bp={self.bp!r})"

@@ -21,7 +21,6 @@ from gbpn.data.graph import as_training_graph, clean_graph
 from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.models.encoders import GraphInput
 from gbpn.models.gbpn import GBPN
 from gbpn.train.auto import candidate_name, fit_auto
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
@@ -72,7 +71,8 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
         "hidden_channels": config.hidden,
         "num_hidden": config.num_hidden,
         "dropout": dropout,
-        "num_steps": config.max_steps if implicit else config.num_steps,
+        "num_steps": config.num_steps,
+        **({"max_steps": config.max_steps} if implicit else {}),  # implicit mode's bound on the steps of a pass
         "damping": config.damping,
         "tol": config.tol if implicit else None,
         "backward": config.backward,
@@ -116,10 +116,6 @@ def predict(
     """
     model.eval()
     device = next(model.parameters()).device
-    motifs = getattr(model, "motifs", "none") != "none"
-    if motifs and (message_dtype is not None or edge_chunk is not None):
-        raise GBPNError("a triangle model's BP runs on the whole graph in float32: leave out the edge chunks and "
-                        "half-precision messages")
     if known_mask is not None and getattr(data, "y", None) is None:
         raise GBPNError("known_mask clamps nodes to their labels in data.y, and data has no y")
     if ("rev_index" not in data and isinstance(data.edge_index, Tensor) and data.edge_index.layout == torch.strided
@@ -130,37 +126,9 @@ def predict(
     x = (model.precompute(prepare_features(data.x, dtype=feature_dtype(model)).to(device), data.edge_index)
          if x is None else x.to(device))
     known_mask = None if known_mask is None else known_mask.to(device)
-    if node_chunk is None or isinstance(x, GraphInput):  # a GNN's potential needs the whole graph
-        log_self = model.self_potential(x, data.edge_index)
-    else:
-        log_self = torch.cat([model.self_potential(x.index_select(0, torch.arange(i, min(i + node_chunk, x.size(0)),
-                                                                                  device=device)))
-                              for i in range(0, x.size(0), node_chunk)])
-    if message_dtype is not None:
-        if getattr(data, "edge_weight", None) is not None:
-            raise GBPNError("low-precision pair inference does not support edge weights")
-        pairs = getattr(data, "pairs", None)
-        if pairs is None:
-            pairs = data.edge_index[:, data.edge_index[0] < data.edge_index[1]]
-        return model.bp.infer_pairs(log_self, pairs, data.y if known_mask is not None else None, known_mask,
-                                    num_steps=num_steps, pair_chunk=edge_chunk or 1 << 20, message_dtype=message_dtype)
-    if motifs:
-        if triangles is None:
-            triangles = model.triangles_of(data.edge_index, data.num_nodes)
-        return model.bp(log_self, data.edge_index, triangles.to(device), rev_index=getattr(data, "rev_index", None),
-                        edge_weight=getattr(data, "edge_weight", None),
-                        known_labels=data.y if known_mask is not None else None, known_mask=known_mask,
-                        num_steps=num_steps)
-    return model.bp(
-        log_self,
-        data.edge_index,
-        rev_index=getattr(data, "rev_index", None),
-        edge_weight=getattr(data, "edge_weight", None),
-        known_labels=data.y if known_mask is not None else None,
-        known_mask=known_mask,
-        num_steps=num_steps,
-        edge_chunk=edge_chunk,
-    )
+    log_self = model.self_potential(x, data.edge_index, node_chunk=node_chunk)
+    return model.infer(log_self, data, known_mask, num_steps=num_steps, edge_chunk=edge_chunk,
+                       message_dtype=message_dtype, triangles=triangles)
 
 
 def fit(
