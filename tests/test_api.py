@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from gbpn import api
+from gbpn.cli.train import check_rerun
 from gbpn.errors import GBPNError
 
 pytestmark = pytest.mark.slow  # a (short) training
@@ -23,4 +24,4 @@ def test_train_load_predict_explain_and_rerun(tmp_path):
     assert (rec.config.optim.epochs, rec.config.model.hidden) == (2, 8)
     assert rec.config.model.dropout == result["trials"][0]["dropout"]  # recorded as resolved
     with pytest.raises(GBPNError, match="--epochs would be ignored"):
-        api.check_rerun({"epochs": "--epochs", "output": "--output"})
+        check_rerun({"epochs": "--epochs", "output": "--output"})

@@ -82,7 +82,7 @@ def test_train_flags_are_generated_from_the_fields():
 
 
 def test_options_of_an_encoder_that_does_not_read_them_are_refused():
-    from gbpn.api import check_applicable
+    from gbpn.cli.train import check_applicable
 
     with pytest.raises(GBPNError, match=r"--potential-layers: only for --potential gcn, sage, gat, classic-gcn, classic-sage or classic-gat"):
         check_applicable(TrainConfig(potential="sign"), {"potential_layers": "--potential-layers"})

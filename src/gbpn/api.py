@@ -7,8 +7,6 @@
 * :func:`load` rebuilds a checkpoint's model with the graph it is to read: the graph it was trained
   on unless another is named, checked against the model, the checkpoint's split rebuilt, and the
   evidence (``known``) resolved; :func:`predict` and :func:`explain` take what it returns.
-* :func:`check_rerun` and :func:`check_applicable` refuse options that would be ignored, given the
-  options a caller set (the command line's typed flags), rather than dropping them in silence.
 
 ::
 
@@ -25,25 +23,19 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
-from gbpn.models.encoders.registry import option_users
-from gbpn.train.config import MAX_SEED, OPTIONS, TrainConfig
+from gbpn.train.config import MAX_SEED, TrainConfig
 from gbpn.train.fit import fit
 
-__all__ = ["MAX_SEED", "Loaded", "RecordedRun", "TrainConfig", "check_applicable", "check_rerun", "explain", "fit",
-           "load", "predict", "recorded_run", "train"]
+__all__ = ["MAX_SEED", "Loaded", "RecordedRun", "TrainConfig", "explain", "fit", "load", "predict", "recorded_run",
+           "train"]
 logger = logging.getLogger("gbpn")
-
-# what a rerun of a recorded config leaves to its caller: where to write and read, threads, what to keep
-RERUN_KEEPS = {"command", "argv", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet",
-               "verbose", "wait", "tensorboard"}
-
 
 @dataclass
 class RecordedRun:
@@ -87,38 +79,6 @@ def recorded_run(path: str) -> RecordedRun:
                            config, source.get("header"))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise GBPNError(f"{path} is not a run's config.json ({type(err).__name__}: {err})") from None
-
-
-def check_rerun(given: Mapping[str, str]) -> None:
-    """A recorded run reruns as it was: ``given`` (option name -> how it was written, e.g. its flag) may
-    hold only what :data:`RERUN_KEEPS` leaves to the caller; anything else is an error, not silence."""
-    flags = [flag for name, flag in given.items() if name not in RERUN_KEEPS]
-    if flags:
-        raise GBPNError(f"--config reruns the recorded run with its own settings, so {', '.join(flags)} would be "
-                        "ignored: leave them out, or train without --config to change them")
-
-
-def _encoder_rules(potential: str):
-    """The options of each encoder options group, applying where ``potential`` is one that reads them."""
-    for group, users in option_users().items():
-        names = tuple(o.name for o in OPTIONS.values() if o.path[:2] == ("encoder", group))
-        what = ", ".join(users[:-1]) + " or " + users[-1] if len(users) > 1 else users[0]
-        yield names, potential == "auto" or potential in users, f"--potential {what}"
-
-
-def check_applicable(config: TrainConfig, given: Mapping[str, str]) -> None:
-    """Options that only act with another option or potential, set (``given``: option name -> how it was
-    written) without it: an error that says what they need, not silence."""
-    rules = ((("fanout", "num_hops", "sampler", "exp3_gamma"), config.batch_size is not None,
-              "mini-batch training (--batch-size)"),
-             (("tol", "max_steps"), config.backward == "implicit", "--backward implicit"),
-             (("max_triangles_per_node",), config.motifs == "triangle", "--motifs triangle"),
-             *_encoder_rules(config.potential))
-    for names, applies, what in rules:
-        set_ = [flag for name, flag in given.items() if name in names]
-        if set_ and not applies:
-            raise GBPNError(f"{', '.join(set_)}: only for {what}, so {'they' if len(set_) > 1 else 'it'} would "
-                            "be ignored; leave it out or add what it needs")
 
 
 def train(dataset: str, config: TrainConfig, trials: int = 1, seed: int = 0, output: Optional[str] = None,

@@ -3,11 +3,50 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Mapping
 
 from gbpn.cli.options import POSITIVE, add_config_options, add_data_args, add_option, add_threads, add_wait, given
 from gbpn.cli.output import mean_std, one_line
 from gbpn.data.names import check_dataset_name
+from gbpn.errors import GBPNError
+from gbpn.models.encoders.registry import option_users
 from gbpn.train.config import OPTIONS, TrainConfig
+
+# what a rerun of a recorded config leaves to its caller: where to write and read, threads, what to keep
+RERUN_KEEPS = {"command", "argv", "config", "output", "threads", "data_dir", "header", "save_trials", "quiet",
+               "verbose", "wait", "tensorboard"}
+
+
+def check_rerun(written: Mapping[str, str]) -> None:
+    """A recorded run reruns as it was: ``written`` (option name -> how it was written, e.g. its flag) may
+    hold only what :data:`RERUN_KEEPS` leaves to the caller; anything else is an error, not silence."""
+    flags = [flag for name, flag in written.items() if name not in RERUN_KEEPS]
+    if flags:
+        raise GBPNError(f"--config reruns the recorded run with its own settings, so {', '.join(flags)} would be "
+                        "ignored: leave them out, or train without --config to change them")
+
+
+def _encoder_rules(potential: str):
+    """The options of each encoder options group, applying where ``potential`` is one that reads them."""
+    for group, users in option_users().items():
+        names = tuple(o.name for o in OPTIONS.values() if o.path[:2] == ("encoder", group))
+        what = ", ".join(users[:-1]) + " or " + users[-1] if len(users) > 1 else users[0]
+        yield names, potential == "auto" or potential in users, f"--potential {what}"
+
+
+def check_applicable(config: TrainConfig, written: Mapping[str, str]) -> None:
+    """Options that only act with another option or potential, set (``written``: option name -> how it
+    was written) without it: an error that says what they need, not silence."""
+    rules = ((("fanout", "num_hops", "sampler", "exp3_gamma"), config.batch_size is not None,
+              "mini-batch training (--batch-size)"),
+             (("tol", "max_steps"), config.backward == "implicit", "--backward implicit"),
+             (("max_triangles_per_node",), config.motifs == "triangle", "--motifs triangle"),
+             *_encoder_rules(config.potential))
+    for names, applies, what in rules:
+        set_ = [flag for name, flag in written.items() if name in names]
+        if set_ and not applies:
+            raise GBPNError(f"{', '.join(set_)}: only for {what}, so {'they' if len(set_) > 1 else 'it'} would "
+                            "be ignored; leave it out or add what it needs")
 
 
 def add_parser(sub, common) -> None:
@@ -49,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     output = args.output
     if args.config is not None:
-        api.check_rerun(given(args, ["train"], vars(args)))
+        check_rerun(given(args, ["train"], vars(args)))
         rec = api.recorded_run(args.config)
         dataset, sample, seed, trials, config = rec.dataset, rec.sample, rec.seed, rec.trials, rec.config
         data_dir = args.data_dir or rec.data_dir
@@ -59,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         dataset, data_dir, sample, seed, trials = args.dataset, args.data_dir, args.sample, args.seed, args.trials
         header = args.header
-        api.check_applicable(config, given(args, ["train"], OPTIONS))
+        check_applicable(config, given(args, ["train"], OPTIONS))
     result, output = api.train(dataset, config, trials, seed, output, data_dir, sample, header=header,
                                save_trials=args.save_trials, progress=not args.quiet, wait=args.wait,
                                tensorboard=args.tensorboard)
