@@ -486,19 +486,19 @@ def test_gbpn_train_interrupted_between_auto_candidates_resumes_there(tmp_path, 
 
 @pytest.mark.slow
 def test_a_tuned_benchmark_row_interrupted_mid_search_resumes_at_its_rungs(tmp_path, monkeypatch):
-    from gbpn.experiments.benchmark import run_grid
+    from gbpn.experiments.benchmark import Grid, run_grid
 
     # budget 4: rungs to resume (at 2, only the two-layer anchor fits runs of 9 epochs, and the cut lands in its run)
-    grid = dict(models=["gcn-sep:tuned"], datasets=["synth-ising+"], trials=1, epochs=9, budget=4, progress=False,
-                log=lambda s: None)
+    grid = dict(models=["gcn-sep:tuned"], datasets=["synth-ising+"], trials=1, epochs=9, budget=4)
+    quiet = dict(progress=False, log=lambda s: None)
     calls = _epochs_interrupting(monkeypatch, None)
-    run_grid(output=tmp_path / "clean", **grid)
+    run_grid(Grid(output=tmp_path / "clean", **grid), **quiet)
     total = len(calls)
     with pytest.raises(KeyboardInterrupt):
         _epochs_interrupting(monkeypatch, total - 3)
-        run_grid(output=tmp_path / "cut", **grid)
+        run_grid(Grid(output=tmp_path / "cut", **grid), **quiet)
     calls = _epochs_interrupting(monkeypatch, None)
-    run_grid(output=tmp_path / "cut", **grid)
+    run_grid(Grid(output=tmp_path / "cut", **grid), **quiet)
     assert len(calls) < total - 3  # the rungs finished before the cut are read back
     read = lambda folder: json.loads((folder / "rows" / "synth-ising+__gcn-sep:tuned__0.json").read_text())  # noqa: E731
     assert _without_seconds(read(tmp_path / "cut")) == _without_seconds(read(tmp_path / "clean"))

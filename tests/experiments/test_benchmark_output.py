@@ -4,14 +4,16 @@ import numpy as np
 import pytest
 
 import gbpn.experiments.benchmark as benchmark
+import gbpn.experiments.tables as tables
+from gbpn.experiments.benchmark import Grid
 from gbpn.errors import GBPNError
 
 pytestmark = pytest.mark.slow  # grids of whole trainings
 
 
 def test_rows_keep_the_learned_coupling_and_one_trial_shows_no_spread(tmp_path):
-    table = benchmark.run_grid(["gbpn", "mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
-                               log=lambda m: None)
+    table = benchmark.run_grid(Grid(["gbpn", "mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2),
+                               progress=False, log=lambda m: None)
     row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn__0.json").read_text())
     H = np.asarray(row["coupling"])
     assert H.shape == (2, 2) and np.allclose(H, H.T) and (H > 0).all()
@@ -20,8 +22,8 @@ def test_rows_keep_the_learned_coupling_and_one_trial_shows_no_spread(tmp_path):
 
 def test_quick_table2_is_the_four_reference_grids(monkeypatch):
     seen = {}
-    monkeypatch.setattr(benchmark, "run_grid", lambda models, datasets, trials, output, **kw: seen.update(
-        datasets=datasets, trials=trials, epochs=kw["epochs"]) or "")
+    monkeypatch.setattr(benchmark, "run_grid", lambda grid, **kw: seen.update(
+        datasets=grid.datasets, trials=grid.trials, epochs=grid.epochs) or "")
     benchmark.run_preset("table2", "unused", quick=True)
     assert seen == {"datasets": ["ising+", "ising-", "mrf+", "mrf-"], "trials": 2, "epochs": 100}
     benchmark.run_preset("table2", "unused")
@@ -30,8 +32,8 @@ def test_quick_table2_is_the_four_reference_grids(monkeypatch):
 
 def test_quick_leaves_out_auto_and_the_full_preset_keeps_it(monkeypatch):
     seen = {}
-    monkeypatch.setattr(benchmark, "run_grid", lambda models, datasets, trials, output, **kw: seen.update(
-        models=models) or "")
+    monkeypatch.setattr(benchmark, "run_grid", lambda grid, **kw: seen.update(
+        models=grid.models) or "")
     benchmark.run_preset("table3", "unused", quick=True)
     assert "gbpn:auto" not in seen["models"] and "gbpn" in seen["models"]
     benchmark.run_preset("table3", "unused")
@@ -41,14 +43,14 @@ def test_quick_leaves_out_auto_and_the_full_preset_keeps_it(monkeypatch):
 @pytest.mark.parametrize("metric", ["roc_auc", "macro_f1"])
 def test_baselines_select_and_report_the_chosen_metric(tmp_path, metric):
     models = ["mlp", "gcn", "lp", "cs", "gmnn", "gbpn"]
-    benchmark.run_grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, progress=False,
-                       log=lambda m: None, metric=metric)
+    benchmark.run_grid(Grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, metric=metric),
+                       progress=False, log=lambda m: None)
     for m in models:
         row = json.loads((tmp_path / "rows" / f"synth-ising+__{m}__0.json").read_text())
         assert 0.0 <= row[f"test_{metric}"] <= 1.0 and 0.0 <= row[f"val_{metric}"] <= 1.0, m
     with pytest.raises(GBPNError, match="metric"):  # a grid keeps its criterion
-        benchmark.run_grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, progress=False,
-                           log=lambda m: None, metric="accuracy")
+        benchmark.run_grid(Grid(models, ["synth-ising+"], trials=1, output=tmp_path, epochs=4, metric="accuracy"),
+                           progress=False, log=lambda m: None)
 
 
 def test_lp_alpha_is_chosen_on_the_validation_metric():
@@ -101,20 +103,20 @@ def _auto_row(trial, test, candidates=True):
 def test_encoder_table_counts_the_candidate_scores_it_has():
     rows = [_auto_row(0, 0.5, candidates=False), _auto_row(1, 0.6), _auto_row(2, 0.7),
             {"dataset": "g", "model": "gcn", "trial": 0, "test_accuracy": 0.4}]
-    line = benchmark.potential_table(rows, ["g"]).splitlines()[2]
+    line = tables.potential_table(rows, ["g"]).splitlines()[2]
     # auto over its 3 trials; each candidate over the 2 rows that recorded it, and says so
     assert "| 60.0 ± 10.0 |" in line and "65.0 ± 7.1 (n=2)" in line and "75.0 ± 7.1 (n=2)" in line
     assert "accuracy (n=3)" in line and "gcn 40.0" in line
     # a data set none of whose rows recorded the candidates shows a dash, not NaN
-    line = benchmark.potential_table([_auto_row(0, 0.5, candidates=False), _auto_row(1, 0.6)] +
+    line = tables.potential_table([_auto_row(0, 0.5, candidates=False), _auto_row(1, 0.6)] +
                                      [dict(_auto_row(t, 0.7, candidates=False), dataset="h") for t in (0, 1)],
                                      ["g", "h"]).splitlines()[3]
     assert line.startswith("| h |") and "nan" not in line and "| – | – |" in line
 
 
 def test_results_csv_keeps_the_candidates_scores(tmp_path):
-    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2, progress=False,
-                       log=lambda m: None)
+    benchmark.run_grid(Grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2),
+                       progress=False, log=lambda m: None)
     header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
     assert "mlp__test_accuracy" in header and "mlp__val_accuracy" in header
 
@@ -125,8 +127,8 @@ def test_grid_auto_row_equals_an_auto_fit_of_the_same_trial(tmp_path):
     from gbpn.data.splits import trial_split
     from gbpn.train.fit import fit
 
-    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=3, progress=False,
-                       log=lambda m: None)
+    benchmark.run_grid(Grid(["gbpn:auto"], ["synth-ising+"], trials=1, output=tmp_path, epochs=3),
+                       progress=False, log=lambda m: None)
     row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").read_text())
     data = load_dataset("synth-ising+")
     res = fit(data, TrainConfig(epochs=3, potential="auto"), seed=0, masks=trial_split(data, 0, 0)[0])
@@ -148,13 +150,13 @@ def test_auto_shares_candidate_runs_and_a_new_candidate_trains_only_itself(tmp_p
     real = benchmark.run_one
     monkeypatch.setattr(benchmark, "run_one", lambda m, *a, **k: ran.append(m) or real(m, *a, **k))
     monkeypatch.setattr(encoders, "AUTO_CANDIDATES", ({"potential": "mlp"}, {"potential": "sign"}))
-    grid = dict(trials=1, output=tmp_path, epochs=2, progress=False, log=lambda m: None)
-    benchmark.run_grid(["gbpn", "gbpn:auto"], ["synth-ising+"], **grid)
+    grid, quiet = dict(trials=1, output=tmp_path, epochs=2), dict(progress=False, log=lambda m: None)
+    benchmark.run_grid(Grid(["gbpn", "gbpn:auto"], ["synth-ising+"], **grid), **quiet)
     assert sorted(ran) == ["gbpn", "gbpn:sign"]  # gbpn is trained once, for itself and as a candidate
     monkeypatch.setattr(encoders, "AUTO_CANDIDATES", encoders.AUTO_CANDIDATES + ({"potential": "sage"},))
     (tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").unlink()  # the auto row is recomposed
     ran.clear()
-    benchmark.run_grid(["gbpn:auto"], ["synth-ising+"], **grid)
+    benchmark.run_grid(Grid(["gbpn:auto"], ["synth-ising+"], **grid), **quiet)
     assert ran == ["gbpn:sage"]
     row = json.loads((tmp_path / "rows" / "synth-ising+__gbpn:auto__0.json").read_text())
     assert {k.split("__")[0] for k in row if "__" in k} == {"mlp", "sign", "sage"}
@@ -182,7 +184,7 @@ def test_results_csv_neutralises_a_data_set_folder_named_like_a_formula(tmp_path
     np.savetxt(g / "edges.csv", np.stack([np.arange(40), (np.arange(40) + 1) % 40], 1), fmt="%d", delimiter=",")
     np.savetxt(g / "features.csv", y[:, None] + rng.normal(0, 1.0, (40, 2)), delimiter=",")
     np.savetxt(g / "labels.csv", y, fmt="%d")
-    benchmark.run_grid(["mlp"], [str(g)], trials=1, output=tmp_path / "out", epochs=2, progress=False,
-                       log=lambda m: None)
+    benchmark.run_grid(Grid(["mlp"], [str(g)], trials=1, output=tmp_path / "out", epochs=2),
+                       progress=False, log=lambda m: None)
     rows = list(csv.DictReader(open(tmp_path / "out" / "results.csv")))
     assert [r["dataset"] for r in rows] == ["'=1+1"] and float(rows[0]["test_accuracy"]) >= 0

@@ -129,7 +129,7 @@ def default_output(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gbpn.experiments.benchmark import run_grid, run_preset
+    from gbpn.experiments.benchmark import Grid, run_grid, run_preset
 
     log = logger.info
     free = ("models", "datasets", "trials", "epochs", "patience", "dropout", "batch_size", "budget")
@@ -156,12 +156,11 @@ def run(args: argparse.Namespace) -> int:
             raise GBPNError("--batch-size must be positive")
         if args.dropout is not None and not 0 <= args.dropout < 1:
             raise GBPNError(f"--dropout must be in [0, 1), got {args.dropout}")
-        table = run_grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
-                         data_dir=args.data_dir, progress=not args.quiet, log=log, table_only=args.table_only,
-                         skip_missing=args.skip_missing,
-                         batch_size=args.batch_size, patience=args.patience, metric=args.metric,
-                         save_predictions=args.save_predictions, dropout=args.dropout, budget=args.budget,
-                         device=args.device)
+        grid = Grid(args.models, args.datasets, trials, output, epochs=epochs, seed=args.seed,
+                    batch_size=args.batch_size, patience=args.patience, metric=args.metric, dropout=args.dropout,
+                    budget=args.budget, device=args.device, data_dir=args.data_dir, skip_missing=args.skip_missing,
+                    save_predictions=args.save_predictions)
+        table = run_grid(grid, progress=not args.quiet, log=log, table_only=args.table_only)
     print(table, end="")
     print(f"rows, results.csv and table.md in {one_line(output)}")
     return 0
