@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from gbpn._version import __version__
 from gbpn.errors import GBPNError
 
 
@@ -255,10 +256,8 @@ def versions() -> Dict[str, str]:
     import scipy.linalg.cython_blas  # noqa: F401 (the fused kernels' BLAS, loaded to report its kernels)
     from threadpoolctl import ThreadpoolController
 
-    import gbpn
-
     return {
-        "gbpn": gbpn.__version__,
+        "gbpn": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch.__version__,
