@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +165,63 @@ class GMNN(nn.Module):
         return self.q(x, edge_index)
 
 
+class _QFit:
+    """:math:`q_\\theta`'s training steps, with its best-validation row and parameters so far, and the
+    step count and progress bar that both networks' steps advance."""
+
+    def __init__(self, model: GMNN, x: Tensor, edge_index: Tensor, y: Tensor, masks: Masks, metric: str,
+                 opt: torch.optim.Optimizer, bar: tqdm):
+        self.model, self.x, self.edge_index, self.y, self.masks, self.metric = model, x, edge_index, y, masks, metric
+        self.opt, self.bar = opt, bar
+        self.best: Optional[Dict[str, float]] = None
+        self.best_q = copy.deepcopy(model.q.state_dict())
+        self.step = 0
+
+    def tick(self) -> None:
+        self.step += 1
+        self.bar.update()
+
+    def train(self, target: Tensor, idx: Tensor, phase: str) -> None:
+        """One step of q towards ``target`` on the nodes ``idx``, then its metrics on every split."""
+        q = self.model.q
+        q.train()
+        loss = soft_cross_entropy(q(self.x, self.edge_index)[idx], target[idx])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        q.eval()
+        with torch.no_grad():
+            row = {"epoch": self.step, "phase": phase, **split_metrics(q(self.x, self.edge_index), self.y, self.masks,
+                                                                       self.metric)}
+        if better(row, self.best, self.metric):
+            self.best, self.best_q = row, copy.deepcopy(q.state_dict())
+        self.tick()
+        progress_step(self.step, self.bar.total, "step")  # for a log's heartbeat line (gbpn.progress)
+        self.bar.set_postfix(phase=phase, val=f"{100 * row['val_accuracy']:.1f}%",
+                             best=f"{100 * self.best['val_accuracy']:.1f}%")
+
+
+def _schedule(epochs: int, em_rounds: int, pretrain_fraction: float) -> Tuple[int, int]:
+    """(pre-training steps, steps of each M- or E-step)."""
+    if em_rounds < 0 or not 0 < pretrain_fraction <= 1:
+        raise GBPNError("GMNN needs em_rounds >= 0 and pretrain_fraction in (0, 1]")
+    pre_steps = max(1, int(round(pretrain_fraction * epochs))) if em_rounds else epochs
+    return pre_steps, (epochs - pre_steps) // (2 * em_rounds) if em_rounds else 0
+
+
+def _m_step(model: GMNN, opt: torch.optim.Optimizer, y_hat: Tensor, edge_index: Tensor, steps: int,
+            fit: _QFit) -> None:
+    """Fit p to the drawn labels ``y_hat`` (gold on the training nodes, samples from q elsewhere)."""
+    for _ in range(steps):
+        model.p.train()
+        loss = soft_cross_entropy(model.p(y_hat, edge_index), y_hat)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        fit.tick()
+    model.p.eval()
+
+
 def fit_gmnn(
     model: GMNN,
     x: Tensor,
@@ -186,67 +243,32 @@ def fit_gmnn(
     M- and E-steps of every round. Each network keeps its own AdamW optimiser. Before
     every M-step q is reset to its best-validation parameters so far.
     """
-    if em_rounds < 0 or not 0 < pretrain_fraction <= 1:
-        raise GBPNError("GMNN needs em_rounds >= 0 and pretrain_fraction in (0, 1]")
+    pre_steps, phase_steps = _schedule(epochs, em_rounds, pretrain_fraction)
     generator = generator or torch.Generator()
     train_mask = masks[0]
-    train_idx = train_mask.nonzero().view(-1)
-    pre_steps = max(1, int(round(pretrain_fraction * epochs))) if em_rounds else epochs
-    phase_steps = (epochs - pre_steps) // (2 * em_rounds) if em_rounds else 0
     opt_q = torch.optim.AdamW(model.q.parameters(), lr=lr, weight_decay=weight_decay)
     opt_p = torch.optim.AdamW(model.p.parameters(), lr=lr, weight_decay=weight_decay)
-
-    best: Optional[Dict[str, float]] = None
-    best_q = copy.deepcopy(model.q.state_dict())
-    step = 0
     start = time.perf_counter()
     bar = tqdm(total=pre_steps + 2 * em_rounds * phase_steps, desc="gmnn", disable=None if progress else True, leave=False)
-
-    def q_step(target: Tensor, idx: Tensor, phase: str) -> None:
-        nonlocal best, best_q, step
-        model.q.train()
-        loss = soft_cross_entropy(model.q(x, edge_index)[idx], target[idx])
-        opt_q.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_q.step()
-        model.q.eval()
-        with torch.no_grad():
-            row = {"epoch": step, "phase": phase, **split_metrics(model.q(x, edge_index), y, masks, metric)}
-        if better(row, best, metric):
-            best, best_q = row, copy.deepcopy(model.q.state_dict())
-        step += 1
-        bar.update()
-        progress_step(step, bar.total, "step")  # for a log's heartbeat line (gbpn.progress)
-        bar.set_postfix(phase=phase, val=f"{100 * row['val_accuracy']:.1f}%", best=f"{100 * best['val_accuracy']:.1f}%")
-
-    gold = model.gold(y, train_mask)
+    fit = _QFit(model, x, edge_index, y, masks, metric, opt_q, bar)
+    gold, train_idx = model.gold(y, train_mask), train_mask.nonzero().view(-1)
     for _ in range(pre_steps):
-        q_step(gold, train_idx, "pretrain")
-
+        fit.train(gold, train_idx, "pretrain")
     all_idx = torch.arange(y.numel(), device=y.device)
     p_metrics: Dict[str, float] = {}
     for r in range(em_rounds):
-        # M-step: fit p to (gold + samples from the best q so far).
-        model.q.load_state_dict(best_q)
+        model.q.load_state_dict(fit.best_q)  # M-step: p fits gold + samples from the best q so far
         y_hat = model.draw_labels(x, edge_index, y, train_mask, generator)
-        for _ in range(phase_steps):
-            model.p.train()
-            loss = soft_cross_entropy(model.p(y_hat, edge_index), y_hat)
-            opt_p.zero_grad(set_to_none=True)
-            loss.backward()
-            opt_p.step()
-            step += 1
-            bar.update()
-        model.p.eval()
+        _m_step(model, opt_p, y_hat, edge_index, phase_steps, fit)
         with torch.no_grad():
             p_metrics = split_metrics(model.p(y_hat, edge_index), y, masks)
-        # E-step: fit q to p's predictions (gold on the training nodes), on all nodes.
-        target = model.p_targets(y_hat, edge_index, y, train_mask)
+        target = model.p_targets(y_hat, edge_index, y, train_mask)  # E-step: q fits p's predictions, all nodes
         for _ in range(phase_steps):
-            q_step(target, all_idx, f"e-step {r + 1}")
+            fit.train(target, all_idx, f"e-step {r + 1}")
     bar.close()
     elapsed = time.perf_counter() - start
-    model.q.load_state_dict(best_q)
+    model.q.load_state_dict(fit.best_q)
+    best = fit.best
     metrics = {
         **{k: v for k, v in best.items() if k.startswith(("train_", "val_", "test_"))},
         "best_epoch": best["epoch"],

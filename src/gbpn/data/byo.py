@@ -364,14 +364,32 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     asks for ``header``.
     """
     folder = Path(folder)
+    paths, rows = _read_folder(folder, header)
+    x = rows["features"]
+    edges = _checked_rows(paths, x, rows["edges"])
+    data = Data(x=torch.from_numpy(x.astype(np.float32)), edge_index=torch.from_numpy(edges.T.astype(np.int64)))
+    data.num_nodes = x.shape[0]
+    known = _add_labels(data, folder, paths["labels"], rows["labels"]) if "labels" in rows else None
+    _add_splits(data, folder, labelled=known is not None)
+    _add_class_names(data, folder, paths["labels"])
+    if known is not None:
+        _warn_empty_classes(data, folder, paths["labels"], known)
+    return data
+
+
+def _read_folder(folder: Path, header: Optional[bool]) -> Tuple[Dict[str, Optional[Path]], Dict[str, np.ndarray]]:
+    """The folder's files (stem -> path, None where absent) and their rows, headers told apart."""
     paths: Dict[str, Optional[Path]] = {stem: find_byo_file(folder, stem) for stem in BYO_FILES}
     missing = [s for s in ("edges", "features") if paths[s] is None]
     if missing:
         raise DatasetNotFoundError(
             f"{folder} is not a graph folder: it lacks {', '.join(m + '.csv (or .npy)' for m in missing)}"
         )
-    rows = _resolve_headers({stem: _read_table(p, header) for stem, p in paths.items() if p is not None})
-    x, edges = rows["features"], rows["edges"]
+    return paths, _resolve_headers({stem: _read_table(p, header) for stem, p in paths.items() if p is not None})
+
+
+def _checked_rows(paths: Dict[str, Optional[Path]], x: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The edges ``[E, 2]`` after the checks of the features and edges (errors and warnings)."""
     if not x.shape[0]:
         raise GBPNError(f"{paths['features']} holds no rows: it needs one row of numbers per node")
     _check_float32(paths["features"], x)
@@ -392,41 +410,54 @@ def load_byo(folder: str | Path, header: Optional[bool] = None) -> Data:
     if edges.size and (edges[:, 0] == edges[:, 1]).all():
         log.warning("%s holds only self-loops, which BP drops: every node is isolated and its belief is its own "
                     "evidence", paths["edges"])
-    data = Data(x=torch.from_numpy(x.astype(np.float32)), edge_index=torch.from_numpy(edges.T.astype(np.int64)))
-    data.num_nodes = x.shape[0]
-    if "labels" in rows:
-        y = rows["labels"]
-        if y.ndim == 2 and y.shape[1] > 1:
-            raise GBPNError(f"{paths['labels']} must have one column (a class id per node), got {y.shape[1]}")
-        y = y.reshape(-1)
-        _check_labels(paths["labels"], y, _read_class_names(folder / "class_names.txt"))
-        data.y = torch.from_numpy(y.astype(np.int64))
-        known = y[y >= 0]
-        data.num_classes = int(known.max()) + 1 if known.size else 0
+    return edges
+
+
+def _add_labels(data: Data, folder: Path, path: Path, y: np.ndarray) -> np.ndarray:
+    """``data.y`` and ``data.num_classes`` from the labels' rows; returns the known labels (``>= 0``)."""
+    if y.ndim == 2 and y.shape[1] > 1:
+        raise GBPNError(f"{path} must have one column (a class id per node), got {y.shape[1]}")
+    y = y.reshape(-1)
+    _check_labels(path, y, _read_class_names(folder / "class_names.txt"))
+    data.y = torch.from_numpy(y.astype(np.int64))
+    known = y[y >= 0]
+    data.num_classes = int(known.max()) + 1 if known.size else 0
+    return known
+
+
+def _add_splits(data: Data, folder: Path, labelled: bool) -> None:
+    """``data.public_splits`` from ``splits.npz``, where there is one; every node in a split has a label."""
     _check_is_file(folder / "splits.npz")
     if (folder / "splits.npz").is_file():
-        data.public_splits = _read_splits(folder / "splits.npz", x.shape[0])
+        data.public_splits = _read_splits(folder / "splits.npz", data.num_nodes)
         in_split = data.public_splits.any(0).any(0)
-        unlabelled = in_split & (data.y < 0) if "labels" in rows else in_split
+        unlabelled = in_split & (data.y < 0) if labelled else in_split
         if bool(unlabelled.any()):
             raise GBPNError(f"{folder / 'splits.npz'} puts {int(unlabelled.sum())} node(s) without a label in a split")
+
+
+def _add_class_names(data: Data, folder: Path, labels: Optional[Path]) -> None:
+    """``data.class_names`` (and the class count) from ``class_names.txt``, where there is one."""
     names = folder / "class_names.txt"
     class_names = _read_class_names(names)
     if class_names is not None:
         data.class_names = class_names
         top = int(getattr(data, "num_classes", 0))
         if top > len(data.class_names):
-            raise GBPNError(f"{paths['labels']} has label {top - 1} but {names} names {len(data.class_names)} "
+            raise GBPNError(f"{labels} has label {top - 1} but {names} names {len(data.class_names)} "
                             f"classes (0..{len(data.class_names) - 1}); fix the labels or add the missing names")
         data.num_classes = len(data.class_names)
-    if "labels" in rows:
-        empty = np.setdiff1d(np.arange(data.num_classes), known).tolist()
-        if empty:
-            top = int(known.max())
-            why = (f"{names.name} names {data.num_classes} classes" if names.is_file() else
-                   f"classes are counted up to the largest label ({top}, on {int((known == top).sum())} node(s); "
-                   "a typo?)")
-            listed = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
-            log.warning("no node of %s has class %s: %s, and the model learns such a class from no example",
-                        paths["labels"], listed, why)
-    return data
+
+
+def _warn_empty_classes(data: Data, folder: Path, labels: Path, known: np.ndarray) -> None:
+    """A warning naming the classes no node has."""
+    names = folder / "class_names.txt"
+    empty = np.setdiff1d(np.arange(data.num_classes), known).tolist()
+    if empty:
+        top = int(known.max())
+        why = (f"{names.name} names {data.num_classes} classes" if names.is_file() else
+               f"classes are counted up to the largest label ({top}, on {int((known == top).sum())} node(s); "
+               "a typo?)")
+        listed = ", ".join(map(str, empty[:10])) + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+        log.warning("no node of %s has class %s: %s, and the model learns such a class from no example",
+                    labels, listed, why)

@@ -12,7 +12,7 @@ the wedges are checked in chunks so that memory stays bounded.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -90,7 +90,20 @@ def enumerate_triangles(
     empty = torch.empty(3, 0, dtype=torch.long, device=device)
     if pairs.size(1) < 3:
         return empty
-    n = num_nodes
+    found = _closed_wedges(*_oriented_by_degree(pairs, num_nodes), num_nodes, wedge_chunk)
+    if not found:
+        return empty
+    tri = torch.sort(torch.cat(found, dim=1), dim=0).values  # i < j < k within each column
+    tri = _lexsort_columns(tri)
+    if max_per_node is not None and tri.size(1):
+        tri = cap_triangles(tri, num_nodes, max_per_node, seed=seed, generator=generator)
+    return tri
+
+
+def _oriented_by_degree(pairs: Tensor, n: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Each pair oriented from its lower-ranked end (by degree, then id) to the other: the sorted keys
+    ``s * n + t`` and their sources and targets (grouped by source, targets ascending)."""
+    device = pairs.device
     deg = torch.bincount(pairs.reshape(-1), minlength=n)
     rank = torch.empty(n, dtype=torch.long, device=device)
     rank[torch.argsort(deg * n + torch.arange(n, device=device))] = torch.arange(n, device=device)
@@ -98,7 +111,13 @@ def enumerate_triangles(
     swap = rank[a] > rank[b]
     s, t = torch.where(swap, b, a), torch.where(swap, a, b)  # oriented s -> t, rank[s] < rank[t]
     okey = torch.sort(s * n + t).values
-    s, t = okey // n, okey % n  # oriented edges grouped by source, targets ascending
+    return okey, okey // n, okey % n
+
+
+def _closed_wedges(okey: Tensor, s: Tensor, t: Tensor, n: int, wedge_chunk: int) -> List[Tensor]:
+    """The triangles ``[3, *]`` (unsorted) closed by the oriented wedges s -> t -> w (an edge s -> w
+    exists), checked ``wedge_chunk`` wedges at a time."""
+    device = okey.device
     outdeg = torch.bincount(s, minlength=n)
     rowptr = torch.zeros(n + 1, dtype=torch.long, device=device)
     rowptr[1:] = torch.cumsum(outdeg, 0)
@@ -121,13 +140,7 @@ def enumerate_triangles(
             hit = okey[pos] == q
             found.append(torch.stack([s[seg][hit], t[seg][hit], w[hit]]))
         start = stop
-    if not found:
-        return empty
-    tri = torch.sort(torch.cat(found, dim=1), dim=0).values  # i < j < k within each column
-    tri = _lexsort_columns(tri)
-    if max_per_node is not None and tri.size(1):
-        tri = cap_triangles(tri, num_nodes, max_per_node, seed=seed, generator=generator)
-    return tri
+    return found
 
 
 def cap_triangles(
