@@ -17,10 +17,12 @@ every CSV (predictions, history), every tensor and value of every ``.pt`` file (
 versions (``SKIP``), and keys holding a path (``PATH``), are skipped (the report lists those met);
 ``config.json`` is not compared (its layout may change).
 
-    python benchmarks/same_results.py --old /tmp/exp/src --new src --out runs/proof             # both, compare
-    python benchmarks/same_results.py --old /tmp/exp/src --new src --out runs/proof --only old  # record old
+    python benchmarks/same_results.py --old /tmp/base/src --new src --out runs/proof             # both, compare
+    python benchmarks/same_results.py --old /tmp/base/src --new src --out runs/proof --only old  # record old
 
-Engineers reuse the recorded old side (``runs/proof/READY`` exists once it is complete)::
+``runs/proof/old`` holds the old side of issue 63: 9d8c38b (``git archive 9d8c38b src | tar -x -C
+/tmp/base``; fingerprint 50dbed168bb5 in ``tree.json``), recorded when ``runs/proof/READY`` exists.
+Engineers reuse it and run only their new side (``--old`` is then not read)::
 
     cp -r runs/proof/old runs/proof-X/old && \\
     python benchmarks/same_results.py --old /tmp/exp/src --new src --out runs/proof-X --only new
@@ -219,14 +221,17 @@ def compare(out: Path, data_dir: str, pattern: re.Pattern | None) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--old", type=Path, required=True, help="the old tree's src folder (e.g. /tmp/exp/src)")
-    ap.add_argument("--new", type=Path, required=True, help="the new tree's src folder (e.g. src)")
+    ap.add_argument("--old", type=Path, help="the old tree's src folder (e.g. /tmp/base/src)")
+    ap.add_argument("--new", type=Path, help="the new tree's src folder (e.g. src)")
     ap.add_argument("--out", type=Path, required=True, help="results: OUT/old, OUT/new")
     ap.add_argument("--only", choices=("old", "new", "compare"), help="one pass (default: old, new, compare)")
     ap.add_argument("--cases", type=re.compile, help="only the cases whose name matches this regex")
     ap.add_argument("--data-dir", default=os.environ.get("GBPN_SAME_DATA", "/work/shared/datasets"))
     args = ap.parse_args()
     out = args.out.resolve()
+    for side, src in (("old", args.old), ("new", args.new)):
+        if args.only in (None, side) and src is None:
+            ap.error(f"--{side} is required")
     if args.only in (None, "old"):
         run_side("old", args.old.resolve(), out, args.data_dir, args.cases)
         if args.only == "old":
