@@ -174,24 +174,52 @@ def run_trials(
         summary_writer()  # not installed: said before anything loads or trains
     if trials < 1:
         raise GBPNError(f"trials must be at least 1, got {trials}")
+    data = _trainable(dataset, data_dir, sample, header, config.metric)
+    defaults = _defaults(data, config, seed)
+    config = _resolved(config, defaults)  # record the values the run uses, not None or "auto"
+    source = data_source(dataset, data_dir, header)
+    run = _TrialRun(data, config, Path(output), _run_config(data, config, source, sample, seed, trials), log)
+    try:
+        run.open(defaults, wait)
+        run.warn_kept(save_trials)
+        run.train(progress, save_trials, tensorboard)
+        result = run.result()
+    except BaseException:
+        run.abort()
+        raise
+    finally:
+        run.close()
+    return result
+
+
+def _trainable(dataset: str, data_dir: Optional[str], sample: int, header: Optional[bool], metric: str):
+    """The data set, refused where no classifier can train on it (too few labels, one class) or ``metric`` does not
+    apply to its labels."""
     data = load_dataset(dataset, data_dir, sample=sample, header=header)
     if int((data.y >= 0).sum()) < 3:
         if Path(dataset).expanduser().is_dir() and find_byo_file(Path(dataset).expanduser(), "labels") is None:
             raise GBPNError(f"no labels file found in {dataset} (expected labels.csv or labels.npy, one class id "
                             "per node, -1 where unknown)")
         raise GBPNError(f"dataset {dataset!r} has fewer than 3 labelled nodes: nothing to train on")
-    check_metric(config.metric, int(data.num_classes), repr(dataset))
+    check_metric(metric, int(data.num_classes), repr(dataset))
     seen = data.y[data.y >= 0].unique()
     if seen.numel() < 2:  # accuracy would be 100% by construction
         raise GBPNError(f"every labelled node of {dataset!r} has class {int(seen[0])}: a classifier needs "
                         "labelled nodes of at least two classes")
+    return data
+
+
+def _defaults(data, config: TrainConfig, seed: int) -> Dict:
+    """The dropout and metric a run uses where ``config`` leaves them to their rules, from trial 0's split."""
     first_train, first_val, _ = trial_split(data, 0, seed, config.train_frac, config.val_frac)[0]
-    defaults = {"dropout": default_dropout(data.num_features, int(first_train.sum())),
-                "metric": default_metric(data.y, int(data.num_classes), first_train | first_val)}
-    config = _resolved(config, defaults)  # record the values the run uses, not None or "auto"
-    out = Path(output)
-    source = data_source(dataset, data_dir, header)
-    run_config = {
+    return {"dropout": default_dropout(data.num_features, int(first_train.sum())),
+            "metric": default_metric(data.y, int(data.num_classes), first_train | first_val)}
+
+
+def _run_config(data, config: TrainConfig, source: Dict, sample: int, seed: int, trials: int) -> Dict:
+    """``config.json`` of a run (without the library versions)."""
+    _, world = rank_and_world()
+    return {
         "dataset": data.name,
         "source": source,
         "sample": sample,
@@ -204,101 +232,141 @@ def run_trials(
                   "num_features": data.num_features, "num_classes": int(data.num_classes)},
         "train": config.to_dict(),
         "device_used": str(resolve_device(config.device)),  # where "auto" ran; not part of the run's identity
+        "world_size": world,  # processes under torchrun: data-parallel training is another run
     }
-    metrics_path = out / "metrics.json"
-    rank, world = rank_and_world()
-    run_config["world_size"] = world  # processes under torchrun: data-parallel training is another run
-    progress = progress and rank == 0
-    # rank 0 holds the output folder's lock for the whole run (another run into it fails at once, naming
-    # the holder), reads what is finished, and every rank learns it (or the same error): the output
-    # folder need not be shared between machines
-    lock, done, error, bar, fresh, created = None, None, None, None, False, False
-    try:
-        if rank == 0:
+
+
+class _TrialRun:
+    """The trials of one run into its folder. Rank 0 holds the folder's lock for the whole run (another run into it
+    fails at once, naming the holder), reads what is finished, and every rank learns it (or the same error): the
+    output folder need not be shared between machines. Every rank trains; rank 0 writes. A run that fails before
+    any trial is recorded leaves nothing of itself."""
+
+    def __init__(self, data, config: TrainConfig, out: Path, run_config: Dict, log: Callable[[str], None]):
+        self.data, self.config, self.out, self.run_config, self.log = data, config, out, run_config, log
+        self.metrics_path = out / "metrics.json"
+        self.rank, self.world = rank_and_world()
+        self.lock, self.done, self.bar, self.fresh, self.created = None, None, None, False, False
+
+    def open(self, defaults: Dict, wait: bool) -> None:
+        """Lock the folder (rank 0), read the trials an earlier run finished, write ``config.json``."""
+        error = None
+        if self.rank == 0:
             try:
-                created = not os.path.lexists(out)
-                lock = lock_folder(out, wait=wait)
-                done, error = (_resume_state(out, metrics_path, run_config, trials, log, defaults) if lock is not None else
-                               ([], folder_busy(out, "--output folder")))
+                self.created = not os.path.lexists(self.out)
+                self.lock = lock_folder(self.out, wait=wait)
+                self.done, error = ([], folder_busy(self.out, "--output folder")) if self.lock is None else \
+                    _resume_state(self.out, self.metrics_path, self.run_config, self.run_config["trials"], self.log,
+                                  defaults)
             except GBPNError as err:  # an output path that cannot be written: every rank stops with it
                 error = str(err)
-        done, error = broadcast_object((done, error))
+        self.done, error = broadcast_object((self.done, error))
         if error:
             raise GBPNError(error)
-        if rank == 0:
-            fresh = not (out / "config.json").is_file()
-            write_json(out / "config.json", {**run_config, "versions": versions()})
+        if self.rank == 0:
+            self.fresh = not (self.out / "config.json").is_file()
+            write_json(self.out / "config.json", {**self.run_config, "versions": versions()})
 
-        finished = {t["trial"] for t in done}
-        if done and rank == 0 and not (out / "model.pt").is_file():
-            logger.warning(f"{out / 'model.pt'} is missing: the finished trials are not rerun, so it is written again only "
-                           "if a new trial validates better; rerun into a new --output to have it")
-        unsaved = [t["trial"] for t in done if "checkpoint" not in t]
-        if save_trials and unsaved and rank == 0:
+    def warn_kept(self, save_trials: bool) -> None:
+        """Say what the finished trials lack that this run will not write (they are not rerun)."""
+        if not self.done or self.rank != 0:
+            return
+        if not (self.out / "model.pt").is_file():
+            logger.warning(f"{self.out / 'model.pt'} is missing: the finished trials are not rerun, so it is written "
+                           "again only if a new trial validates better; rerun into a new --output to have it")
+        unsaved = [t["trial"] for t in self.done if "checkpoint" not in t]
+        if save_trials and unsaved:
             logger.warning(f"--save-trials: trial(s) {', '.join(str(t) for t in unsaved)} finished earlier without it "
                            "and are not rerun, so their checkpoints and predictions are not written: rerun into a new "
                            "--output to keep every trial's")
-        best_val = max((_validation(t, config.metric) for t in done), default=None)
+
+    def train(self, progress: bool, save_trials: bool, tensorboard: Optional[str | Path]) -> None:
+        """Train every trial not finished yet, each recorded as it ends."""
+        data, config, trials = self.data, self.config, self.run_config["trials"]
+        progress = progress and self.rank == 0
+        finished = {t["trial"] for t in self.done}
+        best_val = max((_validation(t, config.metric) for t in self.done), default=None)
         # a bar over the trials on a terminal; in a log, each trial's line says the time spent and left
-        bar = Progress(trials - len(finished), data.name, unit="trial", enabled=progress, log=log)
+        self.bar = Progress(trials - len(finished), data.name, unit="trial", enabled=progress, log=self.log)
         if progress and trials > len(finished):  # what the command will do, before its first (silent) minutes
-            log(f"{trials - len(finished)} trial(s) to train on {data.name} ({data.num_nodes} nodes, "
-                f"{int(data.edge_index.size(1))} directed edges), up to {config.epochs} epochs each, into {out}")
+            self.log(f"{trials - len(finished)} trial(s) to train on {data.name} ({data.num_nodes} nodes, "
+                     f"{int(data.edge_index.size(1))} directed edges), up to {config.epochs} epochs each, into "
+                     f"{self.out}")
         for trial in range(trials):
             if trial in finished:
                 continue
-            bar.start(f"trial {trial}")  # numbered from 0, as trial_K files, metrics.json and grids number them
-            s = seed + trial
+            self.bar.start(f"trial {trial}")  # numbered from 0, as trial_K files, metrics.json and grids number them
+            s = self.run_config["seed"] + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
             # (one process only: data-parallel ranks must train the same units)
-            units = out / "units" / f"trial_{trial}"
+            units = self.out / "units" / f"trial_{trial}"
             desc = f"{data.name} trial {trial}"
-            with tensorboard_log(tensorboard if rank == 0 else None, trial, desc):
+            with tensorboard_log(tensorboard if self.rank == 0 else None, trial, desc):
                 res = fit(data, config, seed=s, masks=masks, progress=progress, desc=desc,
-                          units=units if world == 1 and config.potential == "auto" else None)
-            if rank != 0:  # every rank trains; rank 0 writes
+                          units=units if self.world == 1 and config.potential == "auto" else None)
+            if self.rank != 0:  # every rank trains; rank 0 writes
                 continue
-            train, val, test = res.masks
-            buf = io.BytesIO()
-            np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
-            atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
-            row = {"trial": trial, "seed": s, "split": f"splits/trial_{trial}.npz", **res.metrics}
-            write_history(out, trial, res.history, [t["trial"] for t in done])  # before metrics.json lists it
-            meta = trial_meta(data, res, source, sample, s, split)
-            if save_trials:
-                row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
-            if best_val is None or _validation(row, config.metric) > best_val:  # the first trial's is kept in any case
+            row = self._record(trial, s, split, res, save_trials, best_val)
+            if best_val is None or _validation(row, config.metric) > best_val:
                 best_val = _validation(row, config.metric)
-                save_checkpoint(out / "model.pt", res.model, meta)
-            done.append(row)
-            done.sort(key=lambda t: t["trial"])
-            write_json(metrics_path, {"trials": done, "summary": _summary(done)})
             shutil.rmtree(units, ignore_errors=True)
-            extra = f", ROC AUC {100 * row['test_roc_auc']:.2f}%" if "test_roc_auc" in row else ""
-            timing = bar.done(say=False)
-            log(f"trial {trial} (seed {s}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
-                f"(val {100 * row['val_accuracy']:.2f}%, {_kept_note(row)}, potential {row['potential']})"
-                + _implicit_note(row) + (f"; {timing}" if progress else ""))
-        result = {"trials": done, "summary": _summary(done)}
-        if rank == 0:
-            write_json(metrics_path, result)
-    except BaseException:
-        if rank == 0 and fresh and not done:  # no trial ran to the end (out of memory, diverged, ...): no record of a run
-            (out / "config.json").unlink(missing_ok=True)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        unrecorded = lock is not None and created and not metrics_path.is_file()  # failed before any trial was kept
+            timing = self.bar.done(say=False)
+            self.log(_trial_line(trial, s, row) + (f"; {timing}" if progress else ""))
+
+    def _record(self, trial: int, seed: int, split: Dict, res, save_trials: bool, best_val: Optional[float]) -> Dict:
+        """Write a finished trial: its split, history, checkpoints (``model.pt`` where it validates best so far) and
+        its row of ``metrics.json``, which it returns."""
+        out, data = self.out, self.data
+        train, val, test = res.masks
+        buf = io.BytesIO()
+        np.savez_compressed(buf, train=train.numpy(), val=val.numpy(), test=test.numpy())
+        atomic_write(out / "splits" / f"trial_{trial}.npz", lambda fh: fh.write(buf.getvalue()), mode="wb")
+        row = {"trial": trial, "seed": seed, "split": f"splits/trial_{trial}.npz", **res.metrics}
+        write_history(out, trial, res.history, [t["trial"] for t in self.done])  # before metrics.json lists it
+        meta = trial_meta(data, res, self.run_config["source"], self.run_config["sample"], seed, split)
+        if save_trials:
+            row["checkpoint"], row["predictions"] = save_trial_outputs(out, f"trial_{trial}", data, res, meta)
+        if best_val is None or _validation(row, self.config.metric) > best_val:  # the first trial's is kept in any case
+            save_checkpoint(out / "model.pt", res.model, meta)
+        self.done.append(row)
+        self.done.sort(key=lambda t: t["trial"])
+        write_json(self.metrics_path, {"trials": self.done, "summary": _summary(self.done)})
+        return row
+
+    def result(self) -> Dict:
+        """``metrics.json``'s contents, written (rank 0) once every trial has."""
+        result = {"trials": self.done, "summary": _summary(self.done)}
+        if self.rank == 0:
+            write_json(self.metrics_path, result)
+        return result
+
+    def abort(self) -> None:
+        """No trial ran to the end (out of memory, diverged, ...): no record of a run."""
+        if self.rank == 0 and self.fresh and not self.done:
+            (self.out / "config.json").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Close the bar; release the lock, and remove what a run that created the folder wrote if it recorded no
+        trial."""
+        if self.bar is not None:
+            self.bar.close()
+        unrecorded = self.lock is not None and self.created and not self.metrics_path.is_file()
         if unrecorded:
-            _remove_unrecorded(out)
-        if lock is not None:
-            release(lock, remove=True)  # no empty lock file left in the run folder
+            _remove_unrecorded(self.out)
+        if self.lock is not None:
+            release(self.lock, remove=True)  # no empty lock file left in the run folder
         if unrecorded:
             with contextlib.suppress(OSError):  # a folder this command made and left empty (units/ of a search stay)
-                out.rmdir()
-    return result
+                self.out.rmdir()
+
+
+def _trial_line(trial: int, seed: int, row: Dict) -> str:
+    """A finished trial's log line."""
+    extra = f", ROC AUC {100 * row['test_roc_auc']:.2f}%" if "test_roc_auc" in row else ""
+    return (f"trial {trial} (seed {seed}): test accuracy {100 * row['test_accuracy']:.2f}%{extra} "
+            f"(val {100 * row['val_accuracy']:.2f}%, {_kept_note(row)}, potential {row['potential']})"
+            + _implicit_note(row))
 
 
 def _remove_unrecorded(out: Path) -> None:
