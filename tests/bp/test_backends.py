@@ -33,7 +33,7 @@ def _run(backend, layer, phi, ei, kw):
     why = backend.why_not(problem)
     if why is not None:
         pytest.skip(f"{backend.name} declines: {why}")
-    log_b, res, _ = backend.run(problem, layer)
+    log_b, res = backend.run(problem)[:2]
     (g_phi, g_H) = torch.autograd.grad(log_b.exp().pow(2).sum(), (phi, layer.coupling.weight))
     return log_b.detach(), torch.stack(res).detach(), g_phi, g_H
 
@@ -64,7 +64,7 @@ def test_the_table_runs_the_first_backend_that_accepts():
 def test_eager_asked_for_runs_eager_and_fused_asked_for_says_why_not():
     layer, phi, ei, kw = _call(5, torch.float64, 0.0, False)
     assert select(layer.problem(phi, ei, **kw, kernel="eager"))[0].name == "eager"
-    with torch.no_grad(), pytest.raises(ValueError, match="kernel='fused' does not apply to this call: edge_chunk"):
+    with torch.no_grad(), pytest.raises(ValueError, match="kernel='fused' does not apply to this call: .*edge_chunk"):
         layer(phi, ei, edge_chunk=8, kernel="fused")
     layer(phi, ei)
     assert layer.last_backend == select(layer.problem(phi, ei))[0].name

@@ -215,7 +215,7 @@ def test_bp_on_a_tree_of_triangles_is_exact(form, c, evidence, weighted):
         weight = 0.5 + (key % 7).to(D) / 4
         pair_weight = [0.5 + ((min(i, j) * N_TREE + max(i, j)) % 7) / 4 for i, j in TREE_PLAIN]
     log_b = layer(log_phi, ei, tri, edge_weight=weight, **kw).detach()
-    assert layer.last_backend == "motif-eager"
+    assert layer.last_backend == "motif_eager"
     exact = brute_force(N_TREE, log_phi, TREE_PLAIN, log_H, TREE_TRIANGLES, layer.log_T.detach(), evidence,
                         pair_weight)
     torch.testing.assert_close(log_b.exp(), exact, atol=1e-8, rtol=0)

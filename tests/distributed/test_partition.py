@@ -16,8 +16,7 @@ from gbpn.distributed.partition import (
 from gbpn.graph.degree import pair_degree
 from gbpn.errors import GBPNError
 from gbpn.nn import BeliefPropagation
-from gbpn.bp.functional import clamp_log_potential, log_normalize
-from gbpn.bp.backends.pairs import Boundary, pair_bp
+from gbpn.bp import Boundary
 
 
 def random_pairs(n, m, seed):
@@ -240,7 +239,7 @@ class ThreadExchange:
         return exchange
 
 
-def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, method, dtype, message_dtype, chunk=17):
+def partitioned_bp(layer, log_self, pairs, steps, labels, mask, world, method, dtype, message_dtype, chunk=17):
     n = log_self.size(0)
     part = partition(pairs, n, world, method)
     out = torch.empty_like(log_self, dtype=dtype)
@@ -248,13 +247,9 @@ def partitioned_bp(log_self, pairs, log_H, steps, damping, labels, mask, world, 
 
     def run(r):
         p = build_part(pairs, part, r, world)
-        ls = log_normalize(log_self[p.nodes].to(dtype))
-        known = mask[p.nodes].nonzero().view(-1)
-        clamp = clamp_log_potential(labels[p.nodes][known], ls.size(1), dtype)
-        ls[known] = clamp
         b = Boundary(p.cut_node, p.cut_peer_counts, ex.for_rank(r), rounds=3)
-        out[p.nodes] = pair_bp(ls, p.pairs, log_H.to(dtype), steps, damping, known, clamp, chunk=chunk,
-                               message_dtype=message_dtype, boundary=b)
+        out[p.nodes] = layer.infer_pairs(log_self[p.nodes].to(dtype), p.pairs, labels[p.nodes], mask[p.nodes], steps,
+                                         chunk, message_dtype, boundary=b)
 
     run_ranks(world, run, ex.barrier)
     return out
@@ -280,16 +275,15 @@ def test_partitioned_bp_equals_single_process_bp(damping, world, method, wide, c
     ei = torch.cat([pairs, pairs.flip(0)], 1)
     with torch.no_grad():
         ref = layer(log_self, ei, known_labels=labels, known_mask=mask)
-    got = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float64, torch.float64,
-                         chunk)
+    got = partitioned_bp(layer, log_self, pairs, 6, labels, mask, world, method, torch.float64, torch.float64, chunk)
     torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
     assert torch.equal(got[mask].argmax(1), labels[mask])  # evidence stays clamped in every part
     if wide:  # float32 cannot hold this coupling (the BP layer refuses it)
         assert float(log_H.max() - log_H.min()) > 60
         return
     # stored in bfloat16 (as deviations from uniform, or centred logs): only the storage rounds
-    half = partitioned_bp(log_self, pairs, log_H, 6, damping, labels, mask, world, method, torch.float32,
-                          torch.bfloat16, chunk)
+    half = partitioned_bp(layer, log_self, pairs, 6, labels, mask, world, method, torch.float32, torch.bfloat16,
+                          chunk)
     assert (half.double().exp() - ref.exp()).abs().max() < 3e-2
 
 

@@ -3,26 +3,23 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Optional, Set, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
 from gbpn.graph.adjacency import to_edge_index
 from gbpn.bp.coupling import Coupling
-from gbpn.bp.functional import clamp_log_potential, log_normalize
+from gbpn.bp.backends.pairs import Boundary
+from gbpn.bp.functional import clamp_log_potential
 from gbpn.graph.reverse import reverse_edge_index
-from gbpn.bp.backends.pairs import pair_bp
 from gbpn.bp.implicit import ImplicitStats
 from gbpn.bp.validation import check_bp_inputs, check_coupling_range, check_pairs, check_symmetric_weight
-from gbpn.bp.dispatch import select
-from gbpn.bp.problem import BPProblem
+from gbpn.bp.dispatch import check_kernel, run
+from gbpn.bp.problem import BPOptions, BPProblem, BPResult, check_options
 
-
-def _check_kernel(kernel: str) -> str:
-    if kernel not in ("auto", "fused", "eager"):
-        raise ValueError(f"kernel must be 'auto', 'fused' or 'eager', got {kernel!r}")
-    return kernel
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _check_steps(steps: int) -> None:
@@ -34,15 +31,16 @@ def _check_steps(steps: int) -> None:
         raise ValueError(f"num_steps must be a whole number >= 0, got {steps!r}")
 
 
-def _outputs(log_belief: Tensor, residuals: List[Tensor], log_msg: Optional[Tensor], return_residuals: bool,
-             return_messages: bool) -> Union[Tensor, Tuple[Tensor, ...]]:
-    if not (return_residuals or return_messages):
+def outputs(result: BPResult, options: BPOptions) -> Union[Tensor, Tuple[Tensor, ...]]:
+    """What a BP call returns: the log-beliefs, then the residuals and the messages where asked for."""
+    log_belief = result.log_belief
+    if not (options.get("return_residuals") or options.get("return_messages")):
         return log_belief
     out: Tuple[Tensor, ...] = (log_belief,)
-    if return_residuals:
-        out += (torch.stack(residuals) if residuals else log_belief.new_zeros(0),)
-    if return_messages:
-        out += (log_msg,)
+    if options.get("return_residuals"):
+        out += (torch.stack(result.residuals) if result.residuals else log_belief.new_zeros(0),)
+    if options.get("return_messages"):
+        out += (result.messages,)
     return out
 
 
@@ -89,7 +87,7 @@ class BeliefPropagation(nn.Module):
         coupling_init (Tensor, optional): initial :math:`H`. (default: all ones)
         backward (str, optional): ``"unroll"`` back-propagates through the :math:`K` steps;
             ``"implicit"`` runs BP to its fixed point without recording the steps (at most
-            :math:`K`, until the belief change is below ``tol``, default ``1e-4``) and
+            ``max_steps``, until the belief change is below ``tol``, default ``1e-4``) and
             differentiates the fixed point implicitly (:mod:`gbpn.bp.implicit`; on CPU by the fused
             kernels, :func:`~gbpn.bp.backends.cpu_fused.fused_implicit_bp`): training memory is one step's,
             whatever the number of steps; convergence counts are in :attr:`implicit_stats`.
@@ -101,17 +99,20 @@ class BeliefPropagation(nn.Module):
             :data:`gbpn.bp.dispatch.BACKENDS` that accepts the call: the two-class log-odds kernels
             on CPU (``cpu_binary``), the fused numba kernels on CPU, forward and backward
             (``cpu_fused``), Triton at inference on CUDA up to two classes (``cuda_triton``), else the
-            eager reference (``eager``). ``"eager"`` always runs the reference; ``"fused"`` raises
-            ``ValueError`` where no compiled kernel applies, saying why. ``forward(..., kernel=...)``
-            overrides it per call; :attr:`last_backend` names the backend that ran (:attr:`last_kernel`:
-            ``"fused"`` or ``"eager"``) and :func:`~gbpn.bp.dispatch.explain_dispatch` of
-            :meth:`problem` says why each earlier one declined. On CPU, from
+            eager reference (``eager``). A backend's name runs that backend (``"eager"``: the reference)
+            and ``"fused"`` any compiled one (:data:`gbpn.bp.dispatch.KERNELS`); either raises
+            ``ValueError`` where it does not apply, saying why. ``forward(..., kernel=...)``
+            overrides it per call; :attr:`last_backend` names the backend that ran (the same names) and
+            :func:`~gbpn.bp.dispatch.explain_dispatch` of :meth:`problem` says why each earlier one
+            declined. On CPU, from
             :data:`gbpn.graph.layouts.REORDER_MIN_NODES` nodes on, the fused kernels work on the nodes
             renumbered for locality (:func:`~gbpn.graph.layouts.locality_order`, once per graph, cached
             with its layout; inputs and outputs keep the graph's numbering). (default: ``"auto"``)
 
-    The call is ``forward(log_self, edge_index, edge_weight=None, *, rev_index=None, ...)``, everything
-    after ``edge_weight`` keyword-only. float16 and bfloat16 ``log_self`` run BP in float32 and get
+    The call is ``forward(log_self, edge_index, edge_weight=None, **options)``, the options
+    (:class:`~gbpn.bp.problem.BPOptions`) keyword-only: ``rev_index``, ``known_labels``, ``known_mask``,
+    ``num_steps`` (this call's :math:`K`), ``return_residuals``, ``return_messages``, ``edge_chunk``,
+    ``message_weight``, ``kernel`` and ``messages`` (below). float16 and bfloat16 ``log_self`` run BP in float32 and get
     beliefs in their own dtype. ``edge_index`` may be a ``[2, E]`` tensor, a
     :class:`torch_geometric.EdgeIndex` or a ``torch.sparse`` COO / CSR adjacency ``[N, N]`` (its values,
     unless all 1, are the edge weights); all give the same beliefs. The graph must be undirected
@@ -139,6 +140,13 @@ class BeliefPropagation(nn.Module):
     ``edge_chunk`` (inference only) computes each step's messages in chunks of that many
     edges, so memory stays at two ``[E, c]`` message buffers plus one chunk.
 
+    BP state is data: ``messages`` ``[E, c]`` (the log-messages a call returned with
+    ``return_messages``) continues from them instead of uniform messages, the beliefs being those
+    they make, :math:`\log p_i \cong \log\phi_i + \sum_j \log m_{j\to i}` (pinned at the known
+    nodes): ``K`` steps then ``K'`` more from the returned messages are ``K + K'`` steps, up to
+    rounding (the continuation runs on the eager path). A convergence study over ``T`` steps so
+    costs ``T`` steps (:func:`gbpn.experiments.convergence.convergence`).
+
     Inputs are checked (:func:`~gbpn.bp.validation.check_bp_inputs`; the edges once per graph,
     by tensor identity and in-place version; skipped inside
     :func:`~gbpn.bp.validation.unchecked`) and a ``log H`` wider than the dtype computes
@@ -158,7 +166,7 @@ class BeliefPropagation(nn.Module):
         max_steps: Optional[int] = None,
     ):
         super().__init__()
-        _check_kernel(kernel)
+        check_kernel(kernel)
         if backward not in ("unroll", "implicit"):
             raise ValueError(f"backward must be 'unroll' or 'implicit', got {backward!r}")
         if backward == "implicit" and tol is None:
@@ -177,7 +185,6 @@ class BeliefPropagation(nn.Module):
         self.tol = tol
         self.backward = backward
         self.kernel = kernel
-        self.last_kernel: Optional[str] = None
         self.last_backend: Optional[str] = None
         self.implicit_stats = ImplicitStats()
         self.coupling = Coupling(num_classes, learnable=learn_coupling, init=coupling_init)
@@ -202,54 +209,28 @@ class BeliefPropagation(nn.Module):
         _check_steps(num_steps)
         return num_steps
 
-    def forward(
-        self,
-        log_self: Tensor,
-        edge_index: Tensor,
-        edge_weight: Optional[Tensor] = None,
-        *,
-        rev_index: Optional[Tensor] = None,
-        known_labels: Optional[Tensor] = None,
-        known_mask: Optional[Tensor] = None,
-        num_steps: Optional[int] = None,
-        return_residuals: bool = False,
-        return_messages: bool = False,
-        edge_chunk: Optional[int] = None,
-        message_weight: Optional[Tensor] = None,
-        kernel: Optional[str] = None,
-    ) -> Union[Tensor, Tuple[Tensor, ...]]:
+    def forward(self, log_self: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+                **options: Unpack[BPOptions]) -> Union[Tensor, Tuple[Tensor, ...]]:
         # float16/bfloat16 have too few exponent bits for messages (a coupling's e^12 overflows float16): BP
         # runs in float32 and hands back the input's precision, as autocast does for reductions
         half = log_self.dtype in (torch.float16, torch.bfloat16)
-        problem = self.problem(log_self.float() if half else log_self, edge_index, edge_weight, rev_index=rev_index,
-                               known_labels=known_labels, known_mask=known_mask, num_steps=num_steps,
-                               return_residuals=return_residuals, return_messages=return_messages,
-                               edge_chunk=edge_chunk, message_weight=message_weight, kernel=kernel)
-        backend, _ = select(problem)
-        log_belief, residuals, log_msg = backend.run(problem, self)
-        self.last_backend = backend.name
-        self.last_kernel = "eager" if backend.name == "eager" else "fused"
-        return _outputs(log_belief.to(log_self.dtype) if half else log_belief, residuals, log_msg, return_residuals,
-                        return_messages)
+        result = run(self.problem(log_self.float() if half else log_self, edge_index, edge_weight, **options))
+        self.last_backend = result.backend
+        if half:
+            result = result._replace(log_belief=result.log_belief.to(log_self.dtype))
+        return outputs(result, options)
 
-    def problem(
-        self,
-        log_self: Tensor,
-        edge_index: Tensor,
-        edge_weight: Optional[Tensor] = None,
-        *,
-        rev_index: Optional[Tensor] = None,
-        known_labels: Optional[Tensor] = None,
-        known_mask: Optional[Tensor] = None,
-        num_steps: Optional[int] = None,
-        return_residuals: bool = False,
-        return_messages: bool = False,
-        edge_chunk: Optional[int] = None,
-        message_weight: Optional[Tensor] = None,
-        kernel: Optional[str] = None,
-    ) -> BPProblem:
+    def problem(self, log_self: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+                **options: Unpack[BPOptions]) -> BPProblem:
         """The checked :class:`~gbpn.bp.problem.BPProblem` of a :meth:`forward` call with these
         arguments; :func:`~gbpn.bp.dispatch.explain_dispatch` of it says which backend runs it."""
+        check_options(options, "forward")
+        o = options
+        rev_index, known_labels, known_mask = o.get("rev_index"), o.get("known_labels"), o.get("known_mask")
+        edge_chunk, message_weight, messages = o.get("edge_chunk"), o.get("message_weight"), o.get("messages")
+        if o.get("triangles") is not None:
+            raise ValueError("triangles given to a pairwise model: triangle factors need MotifBeliefPropagation "
+                             "(GBPN(..., motifs='triangle'))")
         compiling = torch.compiler.is_compiling()
         edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
         if not compiling:  # the checks read values on the host (graph breaks): compiled code skips them
@@ -258,9 +239,12 @@ class BeliefPropagation(nn.Module):
         num_nodes, c = log_self.shape
         if c != self.num_classes:
             raise ValueError(f"log_self has {c} classes, the layer was built for {self.num_classes}")
-        steps = self.steps_of(num_steps)
+        steps = self.steps_of(o.get("num_steps"))
         if edge_chunk is not None and edge_chunk < 1:
             raise ValueError(f"edge_chunk must be a positive number of edges, got {edge_chunk}")
+        if messages is not None and tuple(messages.shape) != (edge_index.size(1), c):
+            raise ValueError(f"messages must be [E, c] = [{edge_index.size(1)}, {c}] log-messages (return_messages), "
+                             f"got {tuple(messages.shape)}")
         if rev_index is None:
             rev_index = reverse_edge_index(edge_index, num_nodes)
         if not compiling:  # given or computed, the reverse index pairs each weight with its reverse's
@@ -275,10 +259,14 @@ class BeliefPropagation(nn.Module):
             # a [N, c] evidence table and a where(): no data-dependent shapes, so it compiles; the labels
             # of nodes outside the mask (-1, or anything) are never read
             clamp = clamp_log_potential(torch.where(known_mask, known_labels, 0), c, log_self.dtype)
-        implicit = self.backward == "implicit" and torch.is_grad_enabled() and steps > 0 and edge_chunk is None
-        return BPProblem(log_self, edge_index, rev_index, log_H, steps, self.damping, self.tol, known_labels,
-                         known_mask, clamp, edge_weight, message_weight, implicit, return_residuals, return_messages,
-                         edge_chunk, compiling, self.kernel if kernel is None else _check_kernel(kernel))
+        kernel = o.get("kernel")
+        return BPProblem(
+            log_self=log_self, edge_index=edge_index, rev_index=rev_index, log_H=log_H, steps=steps,
+            damping=self.damping, tol=self.tol, known_labels=known_labels, known_mask=known_mask, clamp=clamp,
+            edge_weight=edge_weight, message_weight=message_weight, messages=messages, backward=self.backward,
+            implicit_stats=self.implicit_stats, return_residuals=bool(o.get("return_residuals", False)),
+            return_messages=bool(o.get("return_messages", False)), edge_chunk=edge_chunk, compiling=compiling,
+            kernel=self.kernel if kernel is None else check_kernel(kernel))
 
     @torch.no_grad()
     def infer_pairs(
@@ -290,6 +278,8 @@ class BeliefPropagation(nn.Module):
         num_steps: Optional[int] = None,
         pair_chunk: int = 1 << 20,
         message_dtype: torch.dtype = torch.bfloat16,
+        boundary: Optional[Boundary] = None,
+        on_step: Optional[Callable[[int], None]] = None,
     ) -> Tensor:
         r"""Inference-only BP for graphs whose messages barely fit in memory
         (:func:`gbpn.bp.backends.pairs.pair_bp`).
@@ -304,23 +294,22 @@ class BeliefPropagation(nn.Module):
         edge weights. Computes in the dtype of ``log_self`` (at least float32).
 
         Memory: ``2 P c`` stored messages plus ``O(N c)`` beliefs plus one chunk.
+
+        On one part of a partitioned graph (:mod:`gbpn.distributed.inference`), ``pairs`` are the part's
+        local edges and ``boundary`` (:class:`~gbpn.bp.backends.pairs.Boundary`) its cut edges and how
+        their messages are exchanged; ``on_step(step)`` is called after each step.
         """
         check_bp_inputs(log_self, pairs.new_empty((2, 0)), self.num_classes, known_labels=known_labels,
                         known_mask=known_mask)
-        num_nodes, c = log_self.shape
-        check_pairs(pairs, num_nodes)
+        check_pairs(pairs, log_self.size(0))
         steps = self.steps_of(num_steps)
-        dtype = torch.promote_types(log_self.dtype, torch.float32)  # the caller's precision, at least float32
-        log_H = self.coupling.log_H.to(dtype)
-        check_coupling_range(log_H, dtype)
-        known_idx, clamp = None, None
-        if known_mask is not None and bool(known_mask.any()):
-            known_idx = known_mask.nonzero().view(-1)
-            clamp = clamp_log_potential(known_labels[known_idx], c, dtype)
-        log_self = log_normalize(log_self.to(dtype))
-        if clamp is not None:
-            log_self[known_idx] = clamp
-        return pair_bp(log_self, pairs, log_H, steps, self.damping, known_idx, clamp, pair_chunk, message_dtype)
+        log_self = log_self.to(torch.promote_types(log_self.dtype, torch.float32))  # at least float32
+        log_H = self.coupling.log_H.to(log_self.dtype)
+        check_coupling_range(log_H, log_self.dtype)
+        problem = BPProblem(log_self=log_self, edge_index=None, rev_index=None, log_H=log_H, steps=steps,
+                            damping=self.damping, known_labels=known_labels, known_mask=known_mask, pairs=pairs,
+                            message_dtype=message_dtype, pair_chunk=pair_chunk, boundary=boundary, on_step=on_step)
+        return run(problem).log_belief
 
     def __repr__(self) -> str:
         return (

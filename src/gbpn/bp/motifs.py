@@ -34,83 +34,34 @@ the previous message into both kinds, :math:`(1-\lambda)\,\mathrm{new} + \lambda
 :class:`~gbpn.bp.layer.BeliefPropagation`. On a factor graph that is a tree this is exact after as
 many steps as its diameter (in variable-to-variable hops).
 
-The triangle update is a two-variable log-sum-exp and never forms ``[#triangles, c, c, c]``:
-the full form (:func:`triangle_message_full`) holds at most ``[M, c, k]`` for a block of ``k`` classes
-of the third variable; the CP form (:func:`triangle_message_cp`) factorises,
-:math:`\sum_{b,k} T_{abk} x_b y_k = \sum_r u_r(a)\,(u_r^\top x)(u_r^\top y)`, three ``[M, c] @ [c, R]``
-products: :math:`O(M c R)` and no :math:`c^2` at all.
+The steps run in the ``motif_eager`` backend of :mod:`gbpn.bp.dispatch`
+(:mod:`gbpn.bp.backends.motif`: the triangle update, a two-variable log-sum-exp that never forms
+``[#triangles, c, c, c]``, in the full form :func:`triangle_message_full` or the CP form
+:func:`triangle_message_cp`).
 """
 from __future__ import annotations
 
-import math
-from typing import List, Optional, Tuple, Union
+from dataclasses import replace
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
-from gbpn.bp.functional import (
-    clamp_log_potential,
-    log_matmul_exp,
-    log_messages,
-    log_normalize,
-)
-from gbpn.bp.layer import BeliefPropagation, _check_steps
+from gbpn.bp.backends.motif import triangle_message_cp, triangle_message_full, triangle_messages
+from gbpn.bp.dispatch import run
+from gbpn.bp.layer import BeliefPropagation, _check_steps, outputs
 from gbpn.bp.numerics import REFUSE
+from gbpn.bp.problem import BPOptions, BPProblem, check_options
 from gbpn.bp.triangle_factor import TriangleFactor
-from gbpn.bp.validation import (
-    check_bp_inputs,
-    check_coupling_range,
-    check_symmetric_weight,
-)
+from gbpn.bp.validation import check_bp_inputs
 from gbpn.graph.adjacency import to_edge_index
-from gbpn.graph.reverse import reverse_edge_index
 from gbpn.graph.triangles import covered_edge_mask
 
-# elements of the full form's [M, c, k] temporary per block of third-variable classes
-FULL_FORM_BLOCK = 1 << 24
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-
-def triangle_message_full(x: Tensor, y: Tensor, log_T: Tensor, block: int = FULL_FORM_BLOCK) -> Tensor:
-    r"""Triangle factor-to-variable message in the full form, unnormalised:
-    :math:`\mathrm{out}_{m,a} = \log\sum_{b,k} T_{abk}\, e^{x_{m,b} + y_{m,k}}`.
-
-    Max-shifted exponentials, then per block of third-variable classes :math:`k` one product
-    ``[M, c] @ [c, c k]`` and a batched contraction with :math:`e^{y}`: at most ``block`` elements
-    of temporaries (and never ``[M, c, c, c]``). Exact up to rounding while the spread of
-    :math:`\log T` stays inside :data:`~gbpn.bp.numerics.REFUSE` (:func:`check_triangle_range`).
-
-    Shapes:
-        x, y: ``[M, c]``, log_T: ``[c, c, c]`` -> ``[M, c]``
-    """
-    m, c = x.shape
-    # the shifts cancel in value and gradient; detached, autograd does not trace the argmax
-    x_shift = x.detach().amax(dim=-1, keepdim=True)
-    y_shift = y.detach().amax(dim=-1, keepdim=True)
-    t_shift = log_T.detach().amax()
-    ex, ey, t = torch.exp(x - x_shift), torch.exp(y - y_shift), torch.exp(log_T - t_shift)
-    k_block = max(1, block // max(1, m * c))
-    out: Optional[Tensor] = None
-    for k0 in range(0, c, k_block):
-        k1 = min(c, k0 + k_block)
-        tb = t[:, :, k0:k1].permute(1, 0, 2).reshape(c, c * (k1 - k0))  # [b, (a, k)]
-        part = torch.bmm((ex @ tb).view(m, c, k1 - k0), ey[:, k0:k1, None]).squeeze(-1)
-        out = part if out is None else out + part
-    if out is None:  # c == 0
-        return x.new_zeros(m, 0)
-    # every row of ex and ey holds a 1 and T > 0, so out > 0; the clamp guards float32 underflow
-    return torch.log(out.clamp_min(torch.finfo(out.dtype).tiny)) + x_shift + y_shift + t_shift
-
-
-def triangle_message_cp(x: Tensor, y: Tensor, log_u: Tensor) -> Tensor:
-    r"""Triangle factor-to-variable message in the CP form, unnormalised:
-    :math:`\mathrm{out}_{m,a} = \log\sum_r u_r(a)\,\big(\sum_b u_r(b) e^{x_{m,b}}\big)
-    \big(\sum_k u_r(k) e^{y_{m,k}}\big)`, which equals :func:`triangle_message_full` with
-    :math:`T_{abk} = \sum_r u_r(a) u_r(b) u_r(k)`; three max-shifted products, :math:`O(M c R)`.
-
-    Shapes:
-        x, y: ``[M, c]``, log_u: ``[R, c]`` -> ``[M, c]``
-    """
-    return log_matmul_exp(log_matmul_exp(x, log_u.T) + log_matmul_exp(y, log_u.T), log_u)
+__all__ = ["MotifBeliefPropagation", "check_triangle_range", "check_triangles", "triangle_message_cp",
+           "triangle_message_full", "triangle_messages"]
 
 
 def check_triangles(triangles: Tensor, num_nodes: int) -> None:
@@ -150,38 +101,6 @@ def check_triangle_range(factor_log: Tensor, dtype: torch.dtype, form: str) -> N
                          "exactly; run BP in float64 (.double()) or keep the triangle factor milder")
 
 
-def _damp(new: Tensor, old: Tensor, damping: float) -> Tensor:
-    if damping <= 0:
-        return new
-    return log_normalize(torch.logaddexp(new + math.log1p(-damping), old + math.log(damping)))
-
-
-def triangle_messages(log_belief: Tensor, log_tmsg: Tensor, triangles: Tensor, factor_log: Tensor, form: str,
-                      damping: float = 0.0) -> Tensor:
-    r"""One update of every triangle factor-to-variable message (the second equation of
-    :mod:`gbpn.bp.motifs`): cavities, the two-variable log-sum-exp, normalisation and damping.
-
-    ``log_tmsg[s, t]`` is the message of triangle ``t`` to its corner ``triangles[s, t]``. The message to
-    corner ``s`` combines the cavities of the two other corners; :math:`T` is symmetric, so one
-    function serves all three corners. In the CP form each corner's sums :math:`u_r^\top e^{\nu}` are
-    computed once and shared by the two messages that use them.
-
-    Shapes:
-        log_belief: ``[N, c]``, log_tmsg: ``[3, T, c]``, triangles: ``[3, T]``,
-        factor_log: ``[c, c, c]`` (full) or ``[R, c]`` (CP) -> ``[3, T, c]``
-    """
-    _, num, c = log_tmsg.shape
-    cav = log_belief.index_select(0, triangles.reshape(-1)).view(3, num, c) - log_tmsg
-    if form == "cp":
-        s = log_matmul_exp(cav.reshape(3 * num, c), factor_log.T).view(3, num, -1)
-        new = log_matmul_exp(torch.stack([s[1] + s[2], s[0] + s[2], s[0] + s[1]]).view(3 * num, -1), factor_log)
-    else:
-        x = torch.stack([cav[1], cav[0], cav[0]]).view(3 * num, c)
-        y = torch.stack([cav[2], cav[2], cav[1]]).view(3 * num, c)
-        new = triangle_message_full(x, y, factor_log)
-    return _damp(log_normalize(new.view(3, num, c)), log_tmsg, damping)
-
-
 class MotifBeliefPropagation(nn.Module):
     r"""Loopy BP with unary, pairwise and triangle factors (the equations of :mod:`gbpn.bp.motifs`).
 
@@ -190,8 +109,8 @@ class MotifBeliefPropagation(nn.Module):
     :class:`~gbpn.bp.triangle_factor.TriangleFactor` (:attr:`triangle`). Called without triangles
     (``triangles=None`` or ``[3, 0]``) it *is* the pairwise layer: the call goes to ``self.pairwise``,
     so beliefs, backends (fused kernels, the implicit backward) and gradients are those of today's BP,
-    bit for bit. With triangles it runs the eager motif step below; :attr:`last_backend` is then
-    ``"motif-eager"`` and :attr:`last_reason` says in one line what that path does not do that was asked
+    bit for bit. With triangles it runs the ``motif_eager`` backend; :attr:`last_backend` is then
+    ``"motif_eager"`` and :attr:`last_reason` says in one line what that path does not do that was asked
     (``backward="implicit"`` unrolls here; ``kernel="fused"`` raises ``ValueError``).
 
     **Pairwise factors on triangle edges.** With ``pairwise_on_triangle_edges=True`` (default) every
@@ -222,8 +141,9 @@ class MotifBeliefPropagation(nn.Module):
         backward (str, optional): of the pairwise layer (calls without triangles). (default: ``"unroll"``)
         kernel (str, optional): of the pairwise layer (calls without triangles). (default: ``"auto"``)
 
-    The call is ``forward(log_self, edge_index, triangles=None, *, edge_weight=None, rev_index=None,
-    known_labels=None, known_mask=None, num_steps=None, return_residuals=False, kernel=None)``.
+    The call is ``forward(log_self, edge_index, triangles=None, **options)``, the options of the pairwise
+    layer (:class:`~gbpn.bp.problem.BPOptions`, ``edge_weight`` among them); with triangles
+    ``return_messages``, ``messages``, ``message_weight`` and ``edge_chunk`` are refused.
     ``edge_weight`` (symmetric) raises the pairwise factor to :math:`H^{w_{ij}}` as in the pairwise
     layer; triangles carry no weight. float16 / bfloat16 run in float32.
 
@@ -303,106 +223,47 @@ class MotifBeliefPropagation(nn.Module):
     def log_T(self) -> Tensor:
         return self.triangle.log_T
 
-    def forward(
-        self,
-        log_self: Tensor,
-        edge_index: Tensor,
-        triangles: Optional[Tensor] = None,
-        *,
-        edge_weight: Optional[Tensor] = None,
-        rev_index: Optional[Tensor] = None,
-        known_labels: Optional[Tensor] = None,
-        known_mask: Optional[Tensor] = None,
-        num_steps: Optional[int] = None,
-        return_residuals: bool = False,
-        kernel: Optional[str] = None,
-    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    def forward(self, log_self: Tensor, edge_index: Tensor, triangles: Optional[Tensor] = None,
+                **options: Unpack[BPOptions]) -> Union[Tensor, Tuple[Tensor, ...]]:
+        check_options(options, "forward")
         if triangles is None or triangles.numel() == 0:
             if triangles is not None:
                 check_triangles(triangles, log_self.size(0))  # a [2, 0] by mistake still says so
-            out = self.pairwise(log_self, edge_index, edge_weight, rev_index=rev_index, known_labels=known_labels,
-                                known_mask=known_mask, num_steps=num_steps, return_residuals=return_residuals,
-                                kernel=kernel)
+            out = self.pairwise(log_self, edge_index, **options)
             self.last_backend, self.last_reason = self.pairwise.last_backend, None
             return out
-        if log_self.dtype in (torch.float16, torch.bfloat16):
-            out = self(log_self.float(), edge_index, triangles, edge_weight=edge_weight, rev_index=rev_index,
-                       known_labels=known_labels, known_mask=known_mask, num_steps=num_steps,
-                       return_residuals=return_residuals, kernel=kernel)
-            return out.to(log_self.dtype) if isinstance(out, Tensor) else (out[0].to(log_self.dtype), out[1])
-        kernel = self.pairwise.kernel if kernel is None else kernel
-        if kernel == "fused":
-            raise ValueError("kernel='fused': no compiled kernel runs triangle factors; use kernel='auto' or 'eager'")
-        self.last_backend = "motif-eager"
+        half = log_self.dtype in (torch.float16, torch.bfloat16)  # run in float32, as the pairwise layer
+        result = run(self.problem(log_self.float() if half else log_self, edge_index, triangles, **options))
+        self.last_backend = result.backend
         self.last_reason = ("backward='implicit' is not implemented with triangle factors: the steps are unrolled"
                             if self.pairwise.backward == "implicit" and torch.is_grad_enabled() else None)
-        return self._motif_bp(log_self, edge_index, triangles, edge_weight, rev_index, known_labels, known_mask,
-                              num_steps, return_residuals)
+        if half:
+            result = result._replace(log_belief=result.log_belief.to(log_self.dtype))
+        return outputs(result, options)
 
-    def _motif_bp(self, log_self: Tensor, edge_index: Tensor, triangles: Tensor, edge_weight: Optional[Tensor],
-                  rev_index: Optional[Tensor], known_labels: Optional[Tensor], known_mask: Optional[Tensor],
-                  num_steps: Optional[int], return_residuals: bool) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
-        check_bp_inputs(log_self, edge_index, self.num_classes, rev_index, edge_weight, known_labels, known_mask)
-        num_nodes, c = log_self.shape
-        check_triangles(triangles, num_nodes)
-        triangles = triangles.long()
-        steps = self.num_steps if num_steps is None else num_steps
-        _check_steps(steps)
+    def problem(self, log_self: Tensor, edge_index: Tensor, triangles: Tensor,
+                **options: Unpack[BPOptions]) -> BPProblem:
+        """The checked :class:`~gbpn.bp.problem.BPProblem` of a call with triangles: the pairwise layer's,
+        with the triangles and the factor (and without the pairwise factors of the triangles' sides
+        where ``pairwise_on_triangle_edges=False``)."""
+        options = dict(options)
+        edge_index, edge_weight = to_edge_index(edge_index, options.pop("edge_weight", None))
+        num_nodes = log_self.size(0)
         if not self.pairwise_on_triangle_edges:
             # the sides of the triangles carry T alone; drop their pairwise factors (both directions)
-            keep = ~covered_edge_mask(triangles, edge_index, num_nodes)
+            check_bp_inputs(log_self, edge_index, self.num_classes, options.get("rev_index"), edge_weight,
+                            options.get("known_labels"), options.get("known_mask"))
+            check_triangles(triangles, num_nodes)
+            keep = ~covered_edge_mask(triangles.long(), edge_index, num_nodes)
             if not bool(keep.all()):
                 edge_index = edge_index[:, keep]
                 edge_weight = None if edge_weight is None else edge_weight[keep]
-                rev_index = None
-        if rev_index is None:
-            rev_index = reverse_edge_index(edge_index, num_nodes)
-        check_symmetric_weight(edge_weight, rev_index)
-        dtype = log_self.dtype
-        log_H = self.coupling.log_H.to(dtype)
-        check_coupling_range(log_H, dtype)
-        factor_log = self.triangle().to(dtype)
-        check_triangle_range(factor_log, dtype, self.triangle.form)
-
-        pin = None
-        if known_mask is not None:
-            if known_labels is None:
-                raise ValueError("known_mask given without known_labels")
-            clamp = clamp_log_potential(torch.where(known_mask, known_labels, 0), c, dtype)
-
-            def pin(b: Tensor) -> Tensor:
-                return torch.where(known_mask.view(-1, 1), clamp, b)
-
-        phi = log_normalize(log_self)
-        if pin is not None:
-            phi = pin(phi)
-        src, dst = edge_index[0], edge_index[1]
-        corners = triangles.reshape(-1)
-        damping = self.damping
-        log_belief = phi
-        log_msg = log_self.new_full((src.numel(), c), -math.log(c))
-        log_tmsg = log_self.new_full((3, triangles.size(1), c), -math.log(c))
-        residuals: List[Tensor] = []
-        for _ in range(steps):
-            # both kinds of message from the previous step's beliefs (a synchronous step)
-            new_msg = log_messages(log_belief, log_msg, src, rev_index, log_H, damping, edge_weight)
-            log_tmsg = triangle_messages(log_belief, log_tmsg, triangles, factor_log, self.triangle.form, damping)
-            log_msg = new_msg
-            prev = log_belief
-            total = phi.index_add(0, dst, log_msg).index_add(0, corners, log_tmsg.reshape(-1, c))
-            log_belief = log_normalize(total)
-            if pin is not None:
-                log_belief = pin(log_belief)
-            if return_residuals or self.tol is not None:
-                res = ((log_belief.detach().exp() - prev.detach().exp()).abs().sum(-1).amax() if num_nodes
-                       else log_belief.new_zeros(()))
-                residuals.append(res)
-                if self.tol is not None and float(res) < self.tol:
-                    break
-        if return_residuals:
-            return log_belief, torch.stack(residuals) if residuals else log_belief.new_zeros(0)
-        return log_belief
+                options["rev_index"] = None
+        problem = self.pairwise.problem(log_self, edge_index, edge_weight, **options)
+        check_triangles(triangles, num_nodes)
+        factor_log = self.triangle().to(log_self.dtype)
+        check_triangle_range(factor_log, log_self.dtype, self.triangle.form)
+        return replace(problem, triangles=triangles.long(), triangle_log=factor_log, triangle_form=self.triangle.form)
 
     def __repr__(self) -> str:
         t = self.triangle

@@ -31,9 +31,8 @@ from gbpn.distributed.partition import (
 )
 from gbpn.errors import GBPNError
 from gbpn.memory import release_file_pages
-from gbpn.bp.functional import clamp_log_potential, log_normalize
 from gbpn.models.gbpn import GBPN
-from gbpn.bp import Boundary, pair_bp
+from gbpn.bp import Boundary
 
 logger = logging.getLogger("gbpn")
 SLOW_STEP = 5.0  # seconds: a BP step this slow gets its line without -v
@@ -49,18 +48,18 @@ def graph_pairs(data: Data) -> Tensor:
 
 
 def local_self_potential(model: GBPN, data: Data, nodes: Tensor, node_chunk: int = 1 << 16) -> Tensor:
-    """Normalised log self-potentials of ``nodes``: from their own features for the ``mlp``
+    """Log self-potentials of ``nodes`` (BP normalises them): from their own features for the ``mlp``
     encoder (node chunks); an encoder that reads the neighbourhood computes on the whole graph
     and keeps the rows of ``nodes``."""
     from gbpn.data.features import prepare_features
 
     if model.potential != "mlp":
         x = model.precompute(prepare_features(data.x), data.edge_index)
-        return log_normalize(model.self_potential(x, data.edge_index).index_select(0, nodes))
+        return model.self_potential(x, data.edge_index).index_select(0, nodes)
     # only this part's rows are read (the features may be memory-mapped)
     out = [model.self_potential(prepare_features(data.x.index_select(0, nodes[i:i + node_chunk])))
            for i in range(0, nodes.numel(), node_chunk)]
-    return log_normalize(torch.cat(out)) if out else torch.empty((0, model.num_classes))
+    return torch.cat(out) if out else torch.empty((0, model.num_classes))
 
 
 @torch.no_grad()
@@ -122,11 +121,9 @@ def partitioned_beliefs(
     released = release_file_pages(data.x) + (release_file_pages(pairs) if mine.pairs is not pairs else 0)
     if released:
         logger.debug(f"rank {rank}: released {released / 1e6:.0f} MB of memory-mapped input")
-    known_idx = clamp = None
+    known = labels = None
     if known_mask is not None:
-        known_idx = known_mask.index_select(0, mine.nodes).nonzero().view(-1)
-        clamp = clamp_log_potential(data.y.index_select(0, mine.nodes)[known_idx], c, log_self.dtype)
-        log_self[known_idx] = clamp
+        known, labels = known_mask.index_select(0, mine.nodes), data.y.index_select(0, mine.nodes)
     boundary = _boundary(mine, world, round_rows) if world > 1 else None
     step_seconds, last = [], [time.perf_counter()]
 
@@ -140,8 +137,8 @@ def partitioned_beliefs(
         last[0] = time.perf_counter()
 
     steps = model.bp.steps_of(num_steps)
-    log_belief = pair_bp(log_self, mine.pairs, model.bp.log_H.detach().to(log_self.dtype), steps, model.bp.damping,
-                         known_idx, clamp, chunk, message_dtype, boundary, on_step)
+    log_belief = model.bp.infer_pairs(log_self, mine.pairs, labels, known, steps, chunk, message_dtype,
+                                      boundary=boundary, on_step=on_step)
     sent = all_gather_object(boundary.bytes_sent // max(steps, 1) if boundary is not None else 0)
     report = {"partition": summary, "step_seconds": step_seconds, "bytes_sent_per_step": sent}
     if rank == 0 and world > 1:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -12,10 +12,14 @@ from gbpn.graph.adjacency import to_edge_index
 from gbpn.graph.triangles import enumerate_triangles
 from gbpn.bp.layer import BeliefPropagation
 from gbpn.bp.motifs import MotifBeliefPropagation
+from gbpn.bp.problem import BPOptions
 from gbpn.bp.validation import check_node_ids, check_not_meta
 from gbpn.models.encoders import GraphInput, build_encoder
 from gbpn.errors import GBPNError, ModelInputError
 from gbpn.models.mlp import PRECISIONS, check_sizes
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 MOTIFS = ("none", "triangle")
 
@@ -192,47 +196,20 @@ class GBPN(nn.Module):
                                   f"convert the model (.to({x.dtype}))" if x.is_floating_point() else
                                   f"x is {x.dtype}: features must be real numbers ({dtype})")
 
-    def forward(
-        self,
-        x,
-        edge_index: Tensor,
-        edge_weight: Optional[Tensor] = None,
-        *,
-        rev_index: Optional[Tensor] = None,
-        known_labels: Optional[Tensor] = None,
-        known_mask: Optional[Tensor] = None,
-        num_steps: Optional[int] = None,
-        return_residuals: bool = False,
-        return_messages: bool = False,
-        message_weight: Optional[Tensor] = None,
-        triangles: Optional[Tensor] = None,
-    ) -> Union[Tensor, Tuple[Tensor, ...]]:
+    def forward(self, x, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+                **options: Unpack[BPOptions]) -> Union[Tensor, Tuple[Tensor, ...]]:
+        """The log-beliefs of BP from the encoder's self-potentials; ``options`` are those of the BP layer
+        (:class:`~gbpn.bp.problem.BPOptions`; ``triangles`` for a triangle model, from :meth:`triangles_of`,
+        enumerated per call when not given)."""
         # an EdgeIndex or a torch.sparse adjacency becomes edge_index (+ weights) once, for encoder and BP
         edge_index, edge_weight = to_edge_index(edge_index, edge_weight)
+        log_self = self.self_potential(x, edge_index)
         if self.motifs == "triangle":
-            if return_messages or message_weight is not None:
-                raise ValueError("return_messages and message_weight are options of the pairwise model; a triangle "
-                                 "model (motifs='triangle') has none")
-            log_self = self.self_potential(x, edge_index)
+            triangles = options.pop("triangles", None)
             if triangles is None:
                 triangles = self.triangles_of(edge_index, log_self.size(0))
-            return self.bp(log_self, edge_index, triangles, edge_weight=edge_weight, rev_index=rev_index,
-                           known_labels=known_labels, known_mask=known_mask, num_steps=num_steps,
-                           return_residuals=return_residuals)
-        if triangles is not None:
-            raise ValueError("triangles given to a pairwise model: build it with motifs='triangle'")
-        return self.bp(
-            self.self_potential(x, edge_index),
-            edge_index,
-            rev_index=rev_index,
-            edge_weight=edge_weight,
-            known_labels=known_labels,
-            known_mask=known_mask,
-            num_steps=num_steps,
-            return_residuals=return_residuals,
-            return_messages=return_messages,
-            message_weight=message_weight,
-        )
+            return self.bp(log_self, edge_index, triangles, edge_weight=edge_weight, **options)
+        return self.bp(log_self, edge_index, edge_weight, **options)
 
     @torch.no_grad()
     def infer(self, log_self: Tensor, data, known_mask: Optional[Tensor] = None, *, num_steps: Optional[int] = None,

@@ -34,11 +34,10 @@ from torch import Tensor
 
 from gbpn.bp.backends.eager import eager_vjp
 from gbpn.bp.backends._numba.runtime import _np, _parallel, _threads, self_tested
-from gbpn.bp.problem import needs_grad
 from gbpn.memory import huge_zeros
 from gbpn.graph.layouts import PairLayout, pair_layout
-from gbpn.bp.problem import BPProblem, BPResult
-from gbpn.bp.backends.cpu_fused import numba_blocker
+from gbpn.bp.problem import BPProblem, BPResult, Capability, needs_grad, pairable
+from gbpn.bp.backends.cpu_fused import numba_reasons
 
 
 def _kernels():
@@ -222,32 +221,37 @@ def binary_bp(phi: Tensor, log_H: Tensor, layout: PairLayout, steps: int, dampin
             log_msg)
 
 
-class CPUBinary:
+class CPUBinary(Capability):
     """Two classes on CPU: one log-odds number per message (:func:`binary_bp`)."""
 
     name = "cpu_binary"
     device_type = "cpu"
 
-    def why_not(self, p: BPProblem) -> Optional[str]:
-        if p.kernel == "eager":
-            return "kernel='eager' asks for the reference path"
+    def shape_reasons(self, p: BPProblem) -> List[str]:
+        """Why ``p`` does not have the shape these kernels take (what no runtime check changes)."""
+        why = []
         if p.num_classes != 2:
-            return "the log-odds kernels are for two classes"
+            why.append("the log-odds kernels are for two classes")
         if p.edge_weight is not None:
-            return "edge weights (a per-edge H^w) need the general kernels"
+            why.append("edge weights (a per-edge H^w) need the general kernels")
         if p.implicit:
-            return "backward='implicit' runs on the general kernels"
+            why.append("backward='implicit' runs on the general kernels")
         if p.return_messages and needs_grad(p.log_self, p.log_H):
-            return "messages are returned at inference only"
-        why = numba_blocker(p)
-        if why is None:
-            layout = p.scratch["pairs"] = pair_layout(p.edge_index, p.rev_index, p.num_nodes)
-            if layout is None:
-                why = "some edge is its own reverse: no paired layout"
-        return why or binary_unavailable()
+            why.append("messages are returned at inference only")
+        return why
 
-    def run(self, p: BPProblem, layer) -> BPResult:
+    def reasons(self, p: BPProblem) -> List[str]:
+        why = self.shape_reasons(p) + numba_reasons(p)
+        if not why and not pairable(p):
+            why.append("some edge is its own reverse: no paired layout")
+        if not why:
+            unavailable = binary_unavailable()
+            if unavailable is not None:
+                why.append(unavailable)
+        return why
+
+    def run(self, p: BPProblem) -> BPResult:
         log_belief, residuals, log_msg = binary_bp(
-            p.phi(), p.log_H, p.scratch["pairs"], p.steps, p.damping, p.tol, p.known_mask, p.clamp,
-            p.message_weight, p.return_residuals, p.return_messages)
-        return p.pin(log_belief), residuals, log_msg
+            p.phi(), p.log_H, pair_layout(p.edge_index, p.rev_index, p.num_nodes), p.steps, p.damping, p.tol,
+            p.known_mask, p.clamp, p.message_weight, p.return_residuals, p.return_messages)
+        return BPResult(p.pin(log_belief), residuals, log_msg)

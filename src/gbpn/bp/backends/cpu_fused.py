@@ -44,7 +44,8 @@ from gbpn.graph.layouts import CSRLayout, csr_layout
 from gbpn.bp.backends._numba.runtime import _np, _parallel, _threads, self_tested
 from gbpn.bp.problem import needs_grad
 from gbpn.bp.backends.eager import eager_vjp
-from gbpn.bp.problem import BPProblem, BPResult, csr_ordered, edge_ordered, kernel_blocker
+from gbpn.bp.problem import (BPProblem, BPResult, Capability, compiled_reasons, csr_ordered, edge_ordered,
+                             reverse_pairs)
 
 # Opt-in: with a positive share, training from ``_BLAS_CLASSES`` classes on keeps every step's messages
 # for the backward while they take at most that share of the memory available (:func:`keeps_messages`):
@@ -421,58 +422,41 @@ def fused_bp(phi: Tensor, log_H: Tensor, layout: CSRLayout, steps: int, damping:
     return layout.from_layout(log_b), residuals, (M.log() if want_msg else None)
 
 
+def numba_reasons(p: BPProblem) -> List[str]:
+    """Why no numba kernel (this module's or the two-class ones) runs ``p``: the conditions of every
+    compiled kernel, the CPU, and (checked last, where nothing else declines: it compiles the kernels
+    on an install's first run) the kernels' one-time self-test."""
+    why = compiled_reasons(p)
+    if p.device.type != "cpu":
+        why.append("runs on CPU")
+    if not why:
+        unavailable = fused_unavailable(p.dtype)
+        if unavailable is not None:
+            why.append(unavailable)
+    return why
 
 
-# kernel="auto" keeps the eager path on CPU for two classes on graphs this large where the binary
-# log-odds kernel (gbpn.bp.backends.cpu_binary) cannot run (edge weights; messages returned in training): its
-# linear-domain step measured 1.25x faster at inference and 1.13x in training than the general kernel
-# on the arXiv-sized graph at c = 2
-_EAGER_MAX_CLASSES, _EAGER_MIN_EDGES = 2, 1_000_000
-
-
-def numba_blocker(p: BPProblem) -> Optional[str]:
-    """Why no numba kernel (this module's or the two-class ones) runs ``p``, or ``None``: the
-    conditions of every compiled kernel, the CPU, and the kernels' one-time self-test."""
-    why = kernel_blocker(p)
-    if why is None and p.device.type != "cpu":
-        why = "runs on CPU"
-    return why if why is not None else fused_unavailable(p.dtype)
-
-
-def _binary_shaped(p: BPProblem) -> bool:
-    """Whether ``p`` has the shape the two-class kernels take (they may still decline it)."""
-    return (p.num_classes == 2 and p.device.type == "cpu" and p.edge_weight is None and not p.implicit
-            and not (p.return_messages and needs_grad(p.log_self, p.log_H)))
-
-
-class CPUFused:
+class CPUFused(Capability):
     """Any number of classes on CPU: one numba pass over the edges per step, forward and backward
     (:func:`fused_bp`), and the implicit backward in place (:func:`fused_implicit_bp`)."""
 
     name = "cpu_fused"
     device_type = "cpu"
 
-    def why_not(self, p: BPProblem) -> Optional[str]:
-        if p.kernel == "eager":
-            return "kernel='eager' asks for the reference path"
-        if (p.kernel == "auto" and p.device.type == "cpu" and not _binary_shaped(p)
-                and p.num_classes <= _EAGER_MAX_CLASSES and p.num_edges > _EAGER_MIN_EDGES):
-            return (f"kernel='auto': the eager step is faster at {p.num_classes} classes from "
-                    f"{_EAGER_MIN_EDGES:,} edges on (measured)")
-        why = numba_blocker(p)
-        if why is None:
-            layout = p.scratch["csr"] = csr_layout(p.edge_index, p.rev_index, p.num_nodes)
-            if p.implicit and not layout.reverse_pairs:
-                why = "backward='implicit' on the fused kernels needs each edge paired with its own reverse edge"
+    def reasons(self, p: BPProblem) -> List[str]:
+        why = numba_reasons(p)
+        if not why and p.implicit and not reverse_pairs(p):
+            why.append("backward='implicit' on the fused kernels needs each edge paired with its own reverse edge")
         return why
 
-    def run(self, p: BPProblem, layer) -> BPResult:
-        layout = p.scratch["csr"]
+    def run(self, p: BPProblem) -> BPResult:
+        layout = csr_layout(p.edge_index, p.rev_index, p.num_nodes)
         ew, mw = csr_ordered(p.edge_weight, layout.perm), csr_ordered(p.message_weight, layout.perm)
         if p.implicit:
+            stats = p.implicit_stats if p.implicit_stats is not None else ImplicitStats()
             log_belief, residuals = fused_implicit_bp(p.phi(), p.log_H, layout, p.steps, p.damping, p.tol,
-                                                      p.known_mask, p.clamp, ew, mw, layer.implicit_stats)
-            return log_belief, residuals, None
+                                                      p.known_mask, p.clamp, ew, mw, stats)
+            return BPResult(log_belief, residuals, None, stats)
         log_belief, residuals, log_msg = fused_bp(p.phi(), p.log_H, layout, p.steps, p.damping, p.tol, p.known_mask,
                                                   p.clamp, ew, mw, p.return_residuals, p.return_messages)
-        return log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm)
+        return BPResult(log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm))

@@ -15,7 +15,8 @@ destination once (:func:`device_csr`, cached per graph) and each step is
 
 Training on CUDA runs the eager path (there is no Triton backward), and so do edge weights (a
 per-edge :math:`H^{w}`); ``kernel="fused"`` says why. Measured on an H200 (README, "Fused BP
-kernels"), the step beats the eager one only at two classes, so ``kernel="auto"`` uses it there.
+kernels"), the step beats the eager one only at two classes, so ``kernel="auto"`` uses it there
+(the rule lives in :func:`gbpn.bp.dispatch.select`).
 
 ``TRITON_INTERPRET=1`` runs the kernels on CPU tensors through Triton's interpreter, which is how
 the tests check them on a machine without a GPU. The kernels live in
@@ -24,23 +25,13 @@ the tests check them on a machine without a GPU. The kernels live in
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
 from gbpn.bp.backends._numba.runtime import self_tested
 from gbpn.graph.layouts import device_csr
-from gbpn.bp.problem import BPProblem, BPResult, csr_ordered, edge_ordered, kernel_blocker
-
-PRODUCTS = ("dot", "broadcast", "loop")
-_BLOCKS = (64, 64)  # edges per program of the edge kernel, nodes per program of the node kernel
-
-
-def _product(c: int, dtype: torch.dtype) -> str:
-    """How the edge kernel multiplies by H by default: ``tl.dot`` on float32 from 16 classes on, else
-    one rank-1 update per class (the two measured on a GPU; "broadcast", a ``[rows, c, c]`` product
-    in registers for small c, is tested but not yet timed on one)."""
-    return "dot" if dtype == torch.float32 and c >= 16 else "loop"
+from gbpn.bp.problem import BPProblem, BPResult, Capability, compiled_reasons, csr_ordered, edge_ordered
 
 
 def triton_unavailable(dtype: torch.dtype, device: torch.device) -> Optional[str]:
@@ -57,36 +48,25 @@ def _kernels():
     return triton_kernels
 
 
-# On CUDA kernel="auto" runs the Triton step only up to this many classes: on an H200, arXiv-sized
-# graph (benchmarks/triton_blocks.py) it took 0.61x the eager step at c = 2 but 1.6x at c = 7 and
-# 2.2-2.7x at c = 40 and 47
-_TRITON_MAX_CLASSES = 2
-
-
-class CUDATriton:
-    """Inference on CUDA: two Triton kernels per step (:func:`triton_bp`)."""
+class CUDATriton(Capability):
+    """Inference on CUDA: two Triton kernels per step (:func:`~gbpn.bp.backends.triton_kernels.triton_bp`)."""
 
     name = "cuda_triton"
     device_type = "cuda"
 
-    def why_not(self, p: BPProblem) -> Optional[str]:
-        if p.kernel == "eager":
-            return "kernel='eager' asks for the reference path"
-        if p.kernel == "auto" and p.device.type == "cuda" and p.num_classes > _TRITON_MAX_CLASSES:
-            return (f"kernel='auto': the eager step is faster above {_TRITON_MAX_CLASSES} classes on a GPU "
-                    "(measured on an H200)")
-        why = kernel_blocker(p)
-        if why is None and p.device.type != "cuda":
-            why = "runs on CUDA"
-        if why is None:
-            why = triton_unavailable(p.dtype, p.device)
-        if why is None:
-            p.scratch["device_csr"] = device_csr(p.edge_index, p.rev_index, p.num_nodes)
+    def reasons(self, p: BPProblem) -> List[str]:
+        why = compiled_reasons(p)
+        if p.device.type != "cuda":
+            why.append("runs on CUDA")
+        if not why:  # imports triton and runs the kernels once: only where nothing else declines
+            unavailable = triton_unavailable(p.dtype, p.device)
+            if unavailable is not None:
+                why.append(unavailable)
         return why
 
-    def run(self, p: BPProblem, layer) -> BPResult:
-        layout = p.scratch["device_csr"]
+    def run(self, p: BPProblem) -> BPResult:
+        layout = device_csr(p.edge_index, p.rev_index, p.num_nodes)
         log_belief, residuals, log_msg = _kernels().triton_bp(
             p.phi(), p.log_H, layout, p.steps, p.damping, p.tol, p.known_mask, p.clamp,
             csr_ordered(p.message_weight, layout.perm), p.return_residuals, p.return_messages)
-        return log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm)
+        return BPResult(log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm))

@@ -10,15 +10,15 @@ per node instead of per edge) while ``log H`` spreads less than :data:`~gbpn.bp.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from gbpn.bp.functional import aggregate, linear_message, log_messages
-from gbpn.bp.implicit import autograd_linearization, bp_linearization, implicit_messages
-from gbpn.bp.numerics import LINEAR_EAGER
-from gbpn.bp.problem import BPProblem, BPResult
+from gbpn.bp.implicit import ImplicitStats, autograd_linearization, bp_linearization, implicit_messages
+from gbpn.bp.problem import BPProblem, BPResult, Capability
 from gbpn.graph.reverse import pairing
 
 
@@ -44,111 +44,142 @@ def eager_vjp(src: Tensor, dst: Tensor, rev: Optional[Tensor], mw: Optional[Tens
     return tuple(next(got) if need else None for need in needs)
 
 
-def _fixed_point(p: BPProblem, layer) -> Tuple[Tensor, Tensor]:
-    """The fixed point's residuals and messages by the layer's own inference path (no graph recorded)."""
-    with torch.no_grad():
-        _, res, msg = layer(p.log_self, p.edge_index, rev_index=p.rev_index, edge_weight=p.edge_weight,
-                            known_labels=p.known_labels, known_mask=p.known_mask, num_steps=p.steps,
-                            return_residuals=True, return_messages=True, message_weight=p.message_weight)
-    return res, msg
+@dataclass
+class _Edges:
+    """The edges as the eager step reads them: in the paired layout where it applies (``perm``: paired
+    position -> edge; ``rev=None``: the reverse of row ``e`` is row ``e +- E/2``), else with ``rev``."""
+
+    src: Tensor
+    dst: Tensor
+    rev: Optional[Tensor]
+    edge_weight: Optional[Tensor]
+    message_weight: Optional[Tensor]
+    perm: Optional[Tensor]
+
+    def ordered(self, x: Optional[Tensor]) -> Optional[Tensor]:
+        """A per-edge tensor in this order."""
+        return x if x is None or self.perm is None else x.index_select(0, self.perm)
 
 
-def eager_bp(p: BPProblem, layer) -> BPResult:
-    """``p.steps`` BP steps (or the implicit fixed point) as torch operations."""
-    fixed_res = fixed_msg = None
-    if p.implicit:
-        fixed_res, fixed_msg = _fixed_point(p, layer)
+def _edges(p: BPProblem) -> _Edges:
     src, dst = p.edge_index[0], p.edge_index[1]
-    rev_index, edge_weight, message_weight = p.rev_index, p.edge_weight, p.message_weight
-    num_edges, c, damping, steps = src.numel(), p.num_classes, p.damping, p.steps
     # under torch.compile reverse messages are gathered through rev_index: the paired layout's
     # permutation has a data-dependent size
-    perm, paired = (None, False) if p.compiling else pairing(rev_index)
+    perm, paired = (None, False) if p.compiling else pairing(p.rev_index)
+    e = _Edges(src, dst, p.rev_index, p.edge_weight, p.message_weight, perm)
     if perm is not None:
-        src, dst = src.index_select(0, perm), dst.index_select(0, perm)
-        edge_weight = None if edge_weight is None else edge_weight.index_select(0, perm)
-        message_weight = None if message_weight is None else message_weight.index_select(0, perm)
+        e.src, e.dst = src.index_select(0, perm), dst.index_select(0, perm)
+        e.edge_weight, e.message_weight = e.ordered(p.edge_weight), e.ordered(p.message_weight)
     if paired:
         # chunks need explicit reverse rows; the whole edge list swaps its halves instead
-        rev_index = None if p.edge_chunk is None else torch.arange(num_edges, device=src.device).roll(num_edges // 2)
+        num_edges = src.numel()
+        e.rev = None if p.edge_chunk is None else torch.arange(num_edges, device=src.device).roll(num_edges // 2)
+    return e
 
-    log_self = p.phi()
-    log_H = p.log_H
-    log_belief = log_self
-    log_msg = log_self.new_full((num_edges, c), -math.log(c))
-    residuals: List[Tensor] = []
-    linear = (not p.compiling and not torch.is_grad_enabled() and edge_weight is None and message_weight is None
-              and float(log_H.max() - log_H.min()) < LINEAR_EAGER)
-    H = msg = belief = None  # the linear domain's coupling, messages and beliefs
-    if linear:
-        H = torch.exp(log_H - log_H.max())
-        msg = log_msg.exp()
 
+def _start(p: BPProblem, e: _Edges, log_self: Tensor) -> Tuple[Tensor, Tensor]:
+    """The beliefs and log-messages BP starts from: ``log_self`` and uniform messages, or the given
+    messages and the beliefs they make."""
+    if p.messages is None:
+        return log_self, log_self.new_full((e.src.numel(), p.num_classes), -math.log(p.num_classes))
+    log_msg = e.ordered(p.messages.to(log_self.dtype))
+    return p.pin(aggregate(log_self, log_msg, e.dst, e.message_weight)), log_msg
+
+
+def _implicit(p: BPProblem, e: _Edges, log_self: Tensor) -> BPResult:
+    """The fixed point found without a graph (``p.fixed_point``, by :func:`gbpn.bp.dispatch.run`),
+    with the implicit gradient attached (:func:`~gbpn.bp.implicit.implicit_messages`)."""
+    fixed_res = torch.stack(p.fixed_point.residuals) if p.fixed_point.residuals else log_self.new_zeros(0)
+    stats = p.implicit_stats if p.implicit_stats is not None else ImplicitStats()
+    src, dst, rev, damping = e.src, e.dst, e.rev, p.damping
+
+    def belief_of(m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor], mw: Optional[Tensor]) -> Tensor:
+        return p.pin(aggregate(phi, m, dst, mw))
+
+    def message_of(b: Tensor, m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor], mw: Optional[Tensor]) -> Tensor:
+        return log_messages(b, m, src, rev, lH, damping, ew, mw)
+
+    converged = bool(fixed_res.numel()) and float(fixed_res[-1]) < p.tol
+    stats.record_forward(fixed_res.numel(), converged)
+    params = (log_self, p.log_H, e.edge_weight, e.message_weight)
+    plain = damping == 0 and e.edge_weight is None and not (e.message_weight is not None
+                                                            and e.message_weight.requires_grad)
+    clamp = () if p.clamp is None else (p.known_mask.view(-1, 1), p.clamp)
+    linearize = bp_linearization(src, dst, rev, *clamp) if plain else autograd_linearization(belief_of, message_of)
+    log_msg = implicit_messages(linearize, e.ordered(p.fixed_point.messages), params, p.tol, p.steps, converged, stats)
+    return BPResult(belief_of(log_msg, *params), list(fixed_res.unbind()), log_msg, stats)
+
+
+class _Linear:
+    """The linear domain's coupling, messages and beliefs (:func:`~gbpn.bp.functional.linear_message`)."""
+
+    def __init__(self, log_H: Tensor, log_msg: Tensor):
+        self.H = torch.exp(log_H - log_H.max())
+        self.msg = log_msg.exp()
+        self.belief: Optional[Tensor] = None
+
+
+def _new_messages(p: BPProblem, e: _Edges, log_belief: Tensor, log_msg: Tensor, lin: Optional[_Linear]) -> Tensor:
+    """One step's messages, whole or ``p.edge_chunk`` edges at a time (then only ``[edge_chunk, c]``
+    temporaries besides the two message buffers)."""
     def messages(s: slice, rev: Optional[Tensor]) -> Tensor:
-        if linear:  # belief and msg are linear-domain here
-            new = linear_message(belief, msg, src[s], rev, H)
-            return new.mul_(1 - damping).add_(msg[s], alpha=damping) if damping > 0 else new
-        return log_messages(log_belief, log_msg, src, rev, log_H, damping, edge_weight, message_weight, s)
+        if lin is not None:
+            new = linear_message(lin.belief, lin.msg, e.src[s], rev, lin.H)
+            return new.mul_(1 - p.damping).add_(lin.msg[s], alpha=p.damping) if p.damping > 0 else new
+        return log_messages(log_belief, log_msg, e.src, rev, p.log_H, p.damping, e.edge_weight, e.message_weight, s)
 
-    if p.implicit:
-        def belief_of(m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor], mw: Optional[Tensor]) -> Tensor:
-            return p.pin(aggregate(phi, m, dst, mw))
+    if p.edge_chunk is None:
+        return messages(slice(None), e.rev)
+    if torch.is_grad_enabled() and p.log_self.requires_grad:
+        raise ValueError("edge_chunk is for inference; run it under torch.no_grad()")
+    new_msg = torch.empty_like(log_msg)
+    for start in range(0, e.src.numel(), p.edge_chunk):
+        s = slice(start, start + p.edge_chunk)
+        new_msg[s] = messages(s, e.rev[s])
+    return new_msg
 
-        def message_of(b: Tensor, m: Tensor, phi: Tensor, lH: Tensor, ew: Optional[Tensor],
-                       mw: Optional[Tensor]) -> Tensor:
-            return log_messages(b, m, src, rev_index, lH, damping, ew, mw)
 
-        converged = bool(fixed_res.numel()) and float(fixed_res[-1]) < p.tol
-        layer.implicit_stats.record_forward(fixed_res.numel(), converged)
-        params = (log_self, log_H, edge_weight, message_weight)
-        plain = damping == 0 and edge_weight is None and not (message_weight is not None
-                                                              and message_weight.requires_grad)
-        clamp = () if p.clamp is None else (p.known_mask.view(-1, 1), p.clamp)
-        linearize = (bp_linearization(src, dst, rev_index, *clamp) if plain
-                     else autograd_linearization(belief_of, message_of))
-        log_msg = implicit_messages(linearize, fixed_msg if perm is None else fixed_msg.index_select(0, perm),
-                                    params, p.tol, steps, converged, layer.implicit_stats)
-        log_belief = belief_of(log_msg, *params)
-        residuals = list(fixed_res.unbind())
-        steps = 0  # the fixed point replaces the unrolled steps below
-    for _ in range(steps):
-        if linear:
-            belief = torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
-        if p.edge_chunk is None:
-            new_msg = messages(slice(None), rev_index)
-        else:  # bounded temporaries: only [edge_chunk, c] besides the two message buffers
-            if torch.is_grad_enabled() and log_self.requires_grad:
-                raise ValueError("edge_chunk is for inference; run it under torch.no_grad()")
-            new_msg = torch.empty_like(log_msg)
-            for start in range(0, num_edges, p.edge_chunk):
-                s = slice(start, start + p.edge_chunk)
-                new_msg[s] = messages(s, rev_index[s])
-        if linear:
-            msg, log_msg = new_msg, None  # drop the old log-messages before taking the new ones
-            log_msg = torch.log(msg)
+def _unrolled(p: BPProblem, e: _Edges, log_self: Tensor) -> BPResult:
+    """``p.steps`` steps (fewer once the belief change is below ``p.tol``)."""
+    log_belief, log_msg = _start(p, e, log_self)
+    lin = _Linear(p.log_H, log_msg) if p.linear else None
+    residuals: List[Tensor] = []
+    for _ in range(p.steps):
+        if lin is not None:
+            lin.belief = torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
+        new_msg = _new_messages(p, e, log_belief, log_msg, lin)
+        if lin is not None:
+            lin.msg, log_msg = new_msg, None  # drop the old log-messages before taking the new ones
+            log_msg = torch.log(lin.msg)
         else:
             log_msg = new_msg
         prev = log_belief
-        log_belief = p.pin(aggregate(log_self, log_msg, dst, message_weight))
-        if p.return_residuals or p.tol is not None:
-            res = ((log_belief.detach().exp() - prev.detach().exp()).abs().sum(-1).amax() if p.num_nodes
-                   else log_belief.new_zeros(()))
-            residuals.append(res)
-            if p.tol is not None and float(res) < p.tol:
-                break
-    if perm is not None and p.return_messages:
-        log_msg = log_msg.new_empty(log_msg.shape).index_copy(0, perm, log_msg)
-    return log_belief, residuals, log_msg
+        log_belief = p.pin(aggregate(log_self, log_msg, e.dst, e.message_weight))
+        if p.step_done(residuals, log_belief, prev):
+            break
+    return BPResult(log_belief, residuals, log_msg)
 
 
-class Eager:
-    """Runs every call; declines only when the caller asked for a compiled kernel."""
+def eager_bp(p: BPProblem) -> BPResult:
+    """``p.steps`` BP steps (or the implicit fixed point) as torch operations; the messages in the
+    caller's edge order when asked for."""
+    e = _edges(p)
+    log_self = p.phi()
+    out = _implicit(p, e, log_self) if p.implicit else _unrolled(p, e, log_self)
+    if e.perm is not None and p.return_messages:
+        out = out._replace(messages=out.messages.new_empty(out.messages.shape).index_copy(0, e.perm, out.messages))
+    return out
+
+
+class Eager(Capability):
+    """Runs every call; :func:`gbpn.bp.dispatch.select` passes it over only when the caller asked for
+    a compiled kernel."""
 
     name = "eager"
     device_type = None
 
-    def why_not(self, p: BPProblem) -> Optional[str]:
-        return "kernel='fused' asks for a compiled kernel" if p.kernel == "fused" else None
+    def reasons(self, p: BPProblem) -> List[str]:
+        return []
 
-    def run(self, p: BPProblem, layer) -> BPResult:
-        return eager_bp(p, layer)
+    def run(self, p: BPProblem) -> BPResult:
+        return eager_bp(p)

@@ -1,8 +1,9 @@
 r"""In-place loopy BP on undirected edge pairs, for one process or one part of a partitioned graph.
 
 The reference step of :mod:`gbpn.bp.functional` at inference, with messages stored narrower.
-It serves :meth:`~gbpn.bp.layer.BeliefPropagation.infer_pairs` and the partitioned inference of
-:mod:`gbpn.distributed`, not the dispatch table (it takes undirected pairs, not an ``edge_index``).
+It is the ``pairs`` entry of the dispatch table (:mod:`gbpn.bp.dispatch`), the mode that
+:meth:`~gbpn.bp.layer.BeliefPropagation.infer_pairs` and the partitioned inference of
+:mod:`gbpn.distributed` run (it takes undirected pairs, not an ``edge_index``).
 
 The graph is given as its undirected edges ``pairs`` ``[2, P]`` (each once). The messages of
 both directions of a pair sit in one buffer ``[2, P, c]`` (row 0: :math:`u \to v`, row 1:
@@ -13,7 +14,7 @@ temporaries beyond a chunk, and the new beliefs accumulate chunk by chunk. The r
 synchronous update of :class:`~gbpn.bp.layer.BeliefPropagation` up to the rounding of the stored
 messages.
 
-Two domains (:func:`pair_bp` picks one):
+Two domains (:func:`gbpn.bp.dispatch.select` picks one):
 
 - *linear* (any coupling whose :math:`\log H` spread is below 60): messages are stored
   normalised, :math:`m_{u\to v} \propto (b_u / m_{v\to u})^\top H` with
@@ -42,8 +43,8 @@ import torch
 from torch import Tensor
 
 from gbpn.memory import populated_zeros
-from gbpn.bp.functional import log_normalize, normalized_message
-from gbpn.bp.numerics import LINEAR_EAGER
+from gbpn.bp.functional import clamp_log_potential, log_normalize, normalized_message
+from gbpn.bp.problem import BPProblem, BPResult, Capability, needs_grad
 
 @dataclass
 class Boundary:
@@ -160,10 +161,86 @@ class _Log:
         return stored
 
 
-def use_linear(log_H: Tensor, message_dtype: torch.dtype) -> bool:
-    """Whether :func:`pair_bp` runs in the linear domain: a coupling narrow enough and a storage
-    type with float32's exponent range (float16 underflows small messages)."""
-    return message_dtype != torch.float16 and float(log_H.max() - log_H.min()) < LINEAR_EAGER
+class _PairRun:
+    """The buffers of one :func:`pair_bp` call and its step, chunk by chunk.
+
+    Chunk buffers, reused: cavities (then the logs of the stored messages), previous messages in the
+    compute dtype (mixed-dtype arithmetic is several times slower than a copy), products; node
+    buffers, reused every step: the beliefs' sums, the beliefs, the table the cavities read."""
+
+    def __init__(self, log_self: Tensor, pairs: Tensor, log_H: Tensor, damping: float, chunk: int,
+                 message_dtype: torch.dtype, boundary: Optional[Boundary], linear: bool):
+        n, c = log_self.shape
+        dtype, device = log_self.dtype, log_self.device
+        self.same = message_dtype == dtype  # no round trip through the storage type
+        self.domain = (_Linear(log_H.to(dtype), damping, c, deviation=not self.same) if linear
+                       else _Log(log_H.to(dtype), damping))
+        self.log_self, self.pairs, self.damping, self.chunk, self.boundary = log_self, pairs, damping, chunk, boundary
+        self.msg = _buffer((2, pairs.size(1), c), message_dtype, device, self.domain.init)
+        self.cut = None if boundary is None else _buffer((boundary.node.numel(), c), message_dtype, device,
+                                                         self.domain.init)
+        rows = 2 * min(chunk, max(pairs.size(1), 1))
+        self.cav_buf = _buffer((rows, c), dtype, device)
+        self.old_buf = None if self.same else _buffer((2, rows // 2, c), dtype, device)
+        self.acc, self.belief = _buffer((n, c), dtype, device), _buffer((n, c), dtype, device)
+        # the log domain's cavities read the beliefs themselves; the linear domain's a table of its own
+        self.own_table = linear
+        self.table = _buffer((n, c), dtype, device) if linear else self.belief
+        self.fused = linear and damping == 0
+        self.H1 = self.prod_buf = None
+        if self.fused:  # [H | H 1]: one product gives the messages and their normalisers
+            self.H1 = torch.cat([self.domain.H, self.domain.row_sum.unsqueeze(1)], 1)
+            self.prod_buf = _buffer((rows, c + 1), dtype, device)
+        self.round_buf = None
+        if boundary is not None:  # rounds run between chunks: their scratch rows can be the chunks'
+            spare = {"f": self.old_buf, "cav": self.cav_buf, "prod": self.prod_buf}
+            self.round_buf = _round_buffers(boundary, c, dtype, message_dtype, self.fused, spare)
+        self.domain.table_(log_self, self.table)
+
+    def step(self, known_idx: Optional[Tensor], clamp: Optional[Tensor], clamp_table: Optional[Tensor]) -> None:
+        """One synchronous step: every chunk of pairs (the cut edges' rounds in between), then the beliefs."""
+        self.acc.copy_(self.log_self)
+        b = self.boundary
+        # cut edges: a round's messages travel while the next local chunks are computed
+        rounds = (_Rounds(b, self.domain, self.table, self.cut, self.acc, self.H1, self.round_buf)
+                  if b is not None else None)
+        num_pairs = self.pairs.size(1)
+        num_chunks = -(-num_pairs // self.chunk)
+        for i, start in enumerate(range(0, num_pairs, self.chunk)):
+            self._chunk(slice(start, start + self.chunk))
+            if rounds is not None:
+                rounds.advance(-(-(i + 1) * b.rounds // num_chunks))
+        if rounds is not None:
+            rounds.advance(b.rounds)
+            rounds.finish()
+        _log_normalize_into(self.acc, self.belief, self.table if self.own_table else None)
+        if known_idx is not None:
+            self.belief[known_idx] = clamp
+            if clamp_table is not None:
+                self.table[known_idx] = clamp_table
+
+    def _chunk(self, s: slice) -> None:
+        """The new messages of the pairs ``s``, both directions in place, and their share of the beliefs."""
+        domain, c = self.domain, self.acc.size(1)
+        uv = self.pairs[:, s].reshape(-1).long()  # u then v
+        p = uv.numel() // 2
+        stored = self.msg[:, s]  # [2, p, c] in the storage type: row 0 u -> v, row 1 v -> u
+        old = stored if self.same else domain.load_(self.old_buf[:, :p].copy_(stored))
+        cav = torch.index_select(self.table, 0, uv, out=self.cav_buf[: 2 * p])
+        domain.cavity_(cav[:p], old[1])  # b_u / m_{v -> u}
+        domain.cavity_(cav[p:], old[0])
+        if self.fused:
+            new = domain.stored_message_(torch.mm(cav, self.H1, out=self.prod_buf[: 2 * p]), c).view(2, p, c)
+        else:
+            new = domain.message(cav).view(2, p, c)
+            if self.damping > 0:
+                new = domain.damp(new, old)
+            new = domain.to_store(new)
+        stored.copy_(new)
+        # the beliefs take exactly the stored (rounded) messages that the next cavity divides out
+        lg = domain.log_(new if self.same else cav.view(2, p, c).copy_(stored))
+        self.acc.index_add_(0, uv[p:], lg[0])
+        self.acc.index_add_(0, uv[:p], lg[1])
 
 
 @torch.no_grad()
@@ -179,6 +256,8 @@ def pair_bp(
     message_dtype: torch.dtype = torch.float32,
     boundary: Optional[Boundary] = None,
     on_step: Optional[Callable[[int], None]] = None,
+    *,
+    linear: bool,
 ) -> Tensor:
     r"""``num_steps`` synchronous BP steps on the local ``pairs`` (and the cut edges of
     ``boundary``); returns the normalised log-beliefs of the local nodes.
@@ -193,78 +272,48 @@ def pair_bp(
         message_dtype: storage of the messages (bfloat16 halves float32).
         boundary: the cut edges of this part, ``None`` on a whole graph.
         on_step: called with the step number after each step.
+        linear: the linear domain (decided by :func:`gbpn.bp.dispatch.select`), else the log domain.
     """
-    n, c = log_self.shape
-    dtype = log_self.dtype
-    same = message_dtype == dtype  # no round trip through the storage type
-    domain = (_Linear(log_H.to(dtype), damping, c, deviation=not same) if use_linear(log_H, message_dtype)
-              else _Log(log_H.to(dtype), damping))
-    num_pairs = pairs.size(1)
-    device = log_self.device
-    msg = _buffer((2, num_pairs, c), message_dtype, device, domain.init)
-    cut = None
-    if boundary is not None:
-        cut = _buffer((boundary.node.numel(), c), message_dtype, device, domain.init)
-    # chunk buffers, reused: cavities (then the logs of the stored messages), previous messages in
-    # the compute dtype (mixed-dtype arithmetic is several times slower than a copy), products;
-    # node buffers, reused every step: the beliefs' sums, the beliefs, the table the cavities read
-    rows = 2 * min(chunk, max(num_pairs, 1))
-    cav_buf = _buffer((rows, c), dtype, device)
-    old_buf = None if same else _buffer((2, rows // 2, c), dtype, device)
-    acc, belief = _buffer((n, c), dtype, device), _buffer((n, c), dtype, device)
-    # the log domain's cavities read the beliefs themselves; the linear domain's a table of its own
-    own_table = isinstance(domain, _Linear)
-    table = _buffer((n, c), dtype, device) if own_table else belief
-    fused = isinstance(domain, _Linear) and damping == 0
-    if fused:  # [H | H 1]: one product gives the messages and their normalisers
-        H1 = torch.cat([domain.H, domain.row_sum.unsqueeze(1)], 1)
-        prod_buf = _buffer((rows, c + 1), dtype, device)
-    round_buf = None
-    if boundary is not None:  # rounds run between chunks: their scratch rows can be the chunks'
-        spare = {"f": old_buf, "cav": cav_buf, "prod": prod_buf if fused else None}
-        round_buf = _round_buffers(boundary, c, dtype, message_dtype, fused, spare)
-    domain.table_(log_self, table)
-    clamp_table = domain.table_(clamp, torch.empty_like(clamp)) if known_idx is not None and own_table else None
+    run = _PairRun(log_self, pairs, log_H, damping, chunk, message_dtype, boundary, linear)
+    clamp_table = (run.domain.table_(clamp, torch.empty_like(clamp)) if known_idx is not None and run.own_table
+                   else None)
     for step in range(num_steps):
-        acc.copy_(log_self)
-        # cut edges: a round's messages travel while the next local chunks are computed
-        rounds = (_Rounds(boundary, domain, table, cut, acc, H1 if fused else None, round_buf)
-                  if boundary is not None else None)
-        num_chunks = -(-num_pairs // chunk)
-        for i, start in enumerate(range(0, num_pairs, chunk)):
-            s = slice(start, start + chunk)
-            uv = pairs[:, s].reshape(-1).long()  # u then v
-            p = uv.numel() // 2
-            stored = msg[:, s]  # [2, p, c] in the storage type: row 0 u -> v, row 1 v -> u
-            old = stored if same else domain.load_(old_buf[:, :p].copy_(stored))
-            cav = torch.index_select(table, 0, uv, out=cav_buf[: 2 * p])
-            domain.cavity_(cav[:p], old[1])  # b_u / m_{v -> u}
-            domain.cavity_(cav[p:], old[0])
-            if fused:
-                new = domain.stored_message_(torch.mm(cav, H1, out=prod_buf[: 2 * p]), c).view(2, p, c)
-            else:
-                new = domain.message(cav).view(2, p, c)
-                if damping > 0:
-                    new = domain.damp(new, old)
-                new = domain.to_store(new)
-            stored.copy_(new)
-            # the beliefs take exactly the stored (rounded) messages that the next cavity divides out
-            lg = domain.log_(new if same else cav.view(2, p, c).copy_(stored))
-            acc.index_add_(0, uv[p:], lg[0])
-            acc.index_add_(0, uv[:p], lg[1])
-            if rounds is not None:
-                rounds.advance(-(-(i + 1) * boundary.rounds // num_chunks))
-        if rounds is not None:
-            rounds.advance(boundary.rounds)
-            rounds.finish()
-        _log_normalize_into(acc, belief, table if own_table else None)
-        if known_idx is not None:
-            belief[known_idx] = clamp
-            if clamp_table is not None:
-                table[known_idx] = clamp_table
+        run.step(known_idx, clamp, clamp_table)
         if on_step is not None:
             on_step(step)
-    return belief if num_steps > 0 else log_self
+    return run.belief if num_steps > 0 else log_self
+
+
+class Pairs(Capability):
+    """In-place inference on undirected pairs (:func:`pair_bp`), whole or one part of a partitioned graph:
+    the mode of :meth:`~gbpn.bp.layer.BeliefPropagation.infer_pairs`."""
+
+    name = "pairs"
+    device_type = None
+
+    def reasons(self, p: BPProblem) -> List[str]:
+        why = []
+        if p.pairs is None:
+            why.append("runs undirected pairs (infer_pairs)")
+        if p.edge_weight is not None or p.message_weight is not None:
+            why.append("no edge or message weights")
+        if p.return_messages or p.messages is not None:
+            why.append("its messages stay in place: none returned or given")
+        if needs_grad(p.log_self, p.log_H):
+            why.append("inference only")
+        return why
+
+    def run(self, p: BPProblem) -> BPResult:
+        dtype = torch.promote_types(p.dtype, torch.float32)  # the caller's precision, at least float32
+        known_idx, clamp = None, None
+        if p.known_mask is not None and bool(p.known_mask.any()):
+            known_idx = p.known_mask.nonzero().view(-1)
+            clamp = clamp_log_potential(p.known_labels[known_idx], p.num_classes, dtype)
+        log_self = log_normalize(p.log_self.to(dtype))
+        if clamp is not None:
+            log_self[known_idx] = clamp
+        return BPResult(pair_bp(log_self, p.pairs, p.log_H.to(dtype), p.steps, p.damping, known_idx, clamp,
+                                p.pair_chunk, p.message_dtype, p.boundary, p.on_step, linear=p.linear), [])
 
 
 def _buffer(shape: Tuple[int, ...], dtype: torch.dtype, device: torch.device, fill: float = 0.0) -> Tensor:

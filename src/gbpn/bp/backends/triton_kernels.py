@@ -12,7 +12,6 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from gbpn.bp.backends.cuda_triton import _BLOCKS, PRODUCTS, _product
 from gbpn.graph.layouts import DeviceCSR, device_csr
 
 try:  # the cuda_triton backend loads this module only where triton is installed (the cuda extra)
@@ -20,6 +19,16 @@ try:  # the cuda_triton backend loads this module only where triton is installed
     import triton.language as tl
 except ImportError as err:  # pragma: no cover - a direct import without it
     raise ImportError("gbpn's Triton kernels need triton: pip install 'gbpn[cuda]'") from err
+
+PRODUCTS = ("dot", "broadcast", "loop")
+_BLOCKS = (64, 64)  # edges per program of the edge kernel, nodes per program of the node kernel
+
+
+def _product(c: int, dtype: torch.dtype) -> str:
+    """How the edge kernel multiplies by H by default: ``tl.dot`` on float32 from 16 classes on, else
+    one rank-1 update per class (the two measured on a GPU; "broadcast", a ``[rows, c, c]`` product
+    in registers for small c, is tested but not yet timed on one)."""
+    return "dot" if dtype == torch.float32 and c >= 16 else "loop"
 
 
 @triton.jit
