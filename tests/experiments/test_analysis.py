@@ -12,7 +12,7 @@ from gbpn.train.fit import fit
 def test_convergence_residual_ends_at_zero_and_settle_steps_are_consistent():
     data = load_dataset("synth-ising+")
     res = fit(data, TrainConfig(epochs=10, hidden=16), seed=0)
-    out = convergence(res.model, data, res.masks, known_mask=res.masks[0], max_steps=8)
+    out = convergence(res.model, data, res.masks, known_mask=res.masks[0], num_steps=8)
     assert out["residual_mean"][-1] == 0 and out["residual_mean"][0] > 0
     settle = out["settle_step"]
     # a node that settled at step s is correct at the last step; -1 means wrong at the last step

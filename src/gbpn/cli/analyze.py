@@ -28,7 +28,8 @@ from gbpn.cli.predict import loaded
 from gbpn.errors import GBPNError
 
 KINDS = ["ising+", "ising-", "mrf+", "mrf-"]
-# `analyze convergence --steps`: 10000 steps is 5e7 BP steps in all, hours on a large graph; 1e8 never ended
+# `analyze convergence --steps`: each step continues from the last one's messages (T steps in all), and
+# the study keeps T + 1 beliefs [N, c] in memory
 MAX_STUDY_STEPS = 10_000
 
 
@@ -40,8 +41,8 @@ def add_parser(sub, common) -> None:
     conv = asub.add_parser("convergence", parents=common,
                            help="residual and accuracy per BP step; when each node's prediction settles")
     add_checkpoint_args(conv)
-    conv.add_argument("--steps", type=count(1, MAX_STUDY_STEPS, " (the study reruns BP for every step count: "
-                                                                "its work grows with the square)"),
+    conv.add_argument("--steps", "-K", dest="num_steps", metavar="K",
+                      type=count(1, MAX_STUDY_STEPS, " (the study keeps every step's beliefs in memory)"),
                       default=20, help=f"BP steps T to run (default: 20, at most {MAX_STUDY_STEPS})")
     conv.add_argument("--no-layout", action="store_true", help="skip the 2-D node layout (the slow part)")
     add_wait(conv)
@@ -132,7 +133,7 @@ def _analysis(args: argparse.Namespace, hold: Callable[[Path], None]) -> int:
         write_json(out / "degree.json", {**_record(args), "evidence": known, "bins": res})
         print(f"wrote degree.png/.svg/.csv/.json to {out}")
         return 0
-    result = convergence(model, data, masks, mask, max_steps=args.steps)
+    result = convergence(model, data, masks, mask, num_steps=args.num_steps)
     layout, method = (None, "") if args.no_layout else node_layout(data)
     out = Path(args.output or Path(args.checkpoint).with_name("analysis"))
     hold(out)
@@ -143,7 +144,7 @@ def _analysis(args: argparse.Namespace, hold: Callable[[Path], None]) -> int:
                                           "steps_to_tolerance_1e-4": tol_step, "per_step": per_step})
     print(f"{data.name}: test accuracy by step {', '.join(f'{100 * a:.1f}' for a in result['test_accuracy'][:8])} ...")
     print(f"largest belief change below 1e-4 after {tol_step} steps" if tol_step is not None
-          else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.steps}")
+          else f"largest belief change still {result['step_change_max'][-1]:.2e} at step {args.num_steps}")
     print(f"wrote convergence.png/.svg/.csv/.json and settle_steps.csv to {out}"
           + (f" (layout: {method})" if method else ""))
     return 0

@@ -1,6 +1,7 @@
 """How BP refines a trained model's predictions step by step (paper Figure 4).
 
-:func:`convergence` runs BP for ``t = 0 .. T`` steps on a trained model and returns
+:func:`convergence` runs BP for ``t = 0 .. T`` steps on a trained model (``T`` steps in all: each
+continues from the messages of the one before) and returns
 the residual :math:`\\|p^{(t)} - p^{(T)}\\|` per step (mean and max over nodes of the L1
 distance between class distributions), the train/val/test accuracy per step, the
 residual between consecutive steps, and per node the step after which its prediction
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -21,6 +22,32 @@ from gbpn.io import pyplot, save_figure, write_table
 from gbpn.models.gbpn import GBPN
 from gbpn.train.fit import predict
 from gbpn.data.features import prepare_features
+from gbpn.data.graph import clean_graph
+
+
+@torch.no_grad()
+def belief_steps(model: GBPN, data: Data, known_mask: Optional[Tensor], num_steps: int) -> List[Tensor]:
+    """The log-beliefs after ``t = 0 .. num_steps`` BP steps of a trained model. Each step continues from
+    the previous one's messages (``messages=``), so the whole costs ``num_steps`` steps, not
+    ``num_steps^2 / 2``; past a step whose belief change is below the layer's ``tol`` the beliefs stay
+    (as a run of more steps stops there). A triangle model reruns BP for every ``t`` (its messages are
+    not handed back)."""
+    x = prepare_features(data.x)
+    if getattr(model, "motifs", "none") != "none":
+        return [predict(model, data, known_mask, num_steps=t, x=x) for t in range(num_steps + 1)]
+    log_b = predict(model, data, known_mask, num_steps=0, x=x)  # t = 0, as predict prepares the graph
+    graph = clean_graph(data) if "rev_index" not in data else data
+    log_self = model.self_potential(x, graph.edge_index)
+    options = dict(edge_weight=getattr(graph, "edge_weight", None), rev_index=getattr(graph, "rev_index", None),
+                   known_labels=graph.y if known_mask is not None else None, known_mask=known_mask)
+    steps, messages = [log_b], None
+    for _ in range(num_steps):
+        log_b, res, messages = model.bp(log_self, graph.edge_index, num_steps=1, messages=messages,
+                                        return_residuals=True, return_messages=True, **options)
+        steps.append(log_b)
+        if model.bp.tol is not None and res.numel() and float(res[-1]) < model.bp.tol:
+            break
+    return steps + [steps[-1]] * (num_steps + 1 - len(steps))
 
 
 @torch.no_grad()
@@ -29,11 +56,11 @@ def convergence(
     data: Data,
     masks: Tuple[Tensor, Tensor, Tensor],
     known_mask: Optional[Tensor] = None,
-    max_steps: int = 20,
+    num_steps: int = 20,
 ) -> Dict[str, np.ndarray]:
-    """Per-step residuals and accuracies, and per-node settling steps (see module docstring)."""
-    x = prepare_features(data.x)
-    beliefs = [predict(model, data, known_mask, num_steps=t, x=x).exp() for t in range(max_steps + 1)]
+    """Per-step residuals and accuracies, and per-node settling steps (see module docstring), over
+    ``num_steps`` BP steps :math:`T` (:func:`belief_steps`: :math:`T` steps in all)."""
+    beliefs = [b.exp() for b in belief_steps(model, data, known_mask, num_steps)]
     final = beliefs[-1]
     y = data.y
     correct = torch.stack([b.argmax(1) == y for b in beliefs])  # [T+1, N]
@@ -42,15 +69,15 @@ def convergence(
     settled = (wrong_after == 0)
     settle = torch.where(settled.any(0), settled.int().argmax(0), torch.full_like(y, -1))
     out = {
-        "step": np.arange(max_steps + 1),
+        "step": np.arange(num_steps + 1),
         "residual_mean": np.array([float((b - final).abs().sum(1).mean()) for b in beliefs]),
         "residual_max": np.array([float((b - final).abs().sum(1).max()) for b in beliefs]),
         "step_change_max": np.array([np.nan] + [float((beliefs[t] - beliefs[t - 1]).abs().sum(1).max())
-                                                for t in range(1, max_steps + 1)]),
+                                                for t in range(1, num_steps + 1)]),
         "settle_step": settle.numpy(),
     }
     for name, m in zip(("train", "val", "test"), masks):
-        out[f"{name}_accuracy"] = correct[:, m].float().mean(1).numpy() if bool(m.any()) else np.full(max_steps + 1, np.nan)
+        out[f"{name}_accuracy"] = correct[:, m].float().mean(1).numpy() if bool(m.any()) else np.full(num_steps + 1, np.nan)
     return out
 
 
