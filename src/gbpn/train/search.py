@@ -254,101 +254,141 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Se
     its ``rungs``: epoch, validation score and loss), ``allowance``, ``planned_cost``, ``spent_cost`` and ``other_epochs`` (what
     the search trained besides the kept configuration's run), ``run_cost`` (the kept one's whole training) and ``seconds``."""
     began = time.perf_counter()
-    records = [{"id": i, "params": dict(p), "cost": None, "admitted": False, "rungs": []} for i, p in enumerate(configs)]
-    sessions: Dict[int, object] = {}
-    admitted: List[int] = []
+    search = _Search(configs, start, schedule, units, desc)
+    search.admit(measure)
+    chosen = search.halve()
+    result = search.session(chosen, schedule.final).finish(progress)
+    return chosen, result, search.record(chosen, began)
 
-    def session(i: int, epoch: int):
+
+class _Search:
+    """The state of one :func:`successive_halving`: each configuration's record, the sessions in memory, the
+    configurations admitted and the epochs each has trained."""
+
+    def __init__(self, configs: Sequence[Dict], start: Callable, schedule: Plan, units: Optional[Units], desc: str):
+        self.configs, self.start, self.schedule, self.units, self.desc = configs, start, schedule, units, desc
+        self.records = [{"id": i, "params": dict(p), "cost": None, "admitted": False, "rungs": []}
+                        for i, p in enumerate(configs)]
+        self.sessions: Dict[int, object] = {}
+        self.admitted: List[int] = []
+        self.trained: Dict[int, int] = {}
+        self.rungs: List[Tuple[int, int]] = []
+
+    def costs(self) -> List[float]:
+        return [self.records[j]["cost"] for j in self.admitted]
+
+    def session(self, i: int, epoch: int):
         """Configuration ``i``'s session at ``epoch`` or before: in memory, from its state in ``units``, or new."""
-        if i not in sessions:
-            s = start(i, configs[i])
-            saved = units.get_torch(f"config{i}-state") if units is not None else None
+        if i not in self.sessions:
+            s = self.start(i, self.configs[i])
+            saved = self.units.get_torch(f"config{i}-state") if self.units is not None else None
             if saved is not None and saved["epoch"] <= epoch:
                 s.load_state_dict(saved["state"])
-            sessions[i] = s
-        return sessions[i]
+            self.sessions[i] = s
+        return self.sessions[i]
 
-    for i in range(len(configs)):
-        record = units.get(f"config{i}-first") if units is not None else None
+    def admit(self, measure: Callable) -> None:
+        """Take the configurations in order, each after its first epoch (which measures its cost), while the rungs
+        planned for those admitted still fit the allowance; the first that does not fit stops the taking."""
+        for i in range(len(self.configs)):
+            record = self._first_epoch(i, measure)
+            self.records[i]["cost"] = record["cost"]
+            if record["cost"] is None:
+                continue
+            costs = self.costs() + [record["cost"]]
+            if not self.admitted or self.schedule.cost(costs) <= self.schedule.allowance(costs):
+                self.admitted.append(i)
+                self.records[i]["admitted"] = True
+            else:
+                self.sessions.pop(i, None)
+                logger.info(f"{self.desc}: configuration {i} ({record['cost'] / 1e9:.1f} GFLOP-equivalents an epoch) "
+                            f"does not fit the budget; {len(self.admitted)} admitted")
+                break
+
+    def _first_epoch(self, i: int, measure: Callable) -> Dict:
+        """Configuration ``i``'s first epoch: its cost and validation score (kept in ``units``, read back there)."""
+        record = self.units.get(f"config{i}-first") if self.units is not None else None
         if record is None:
             try:
-                fresh = start(i, configs[i])  # building it (precomputed features, checks) is once, not per epoch
-                sessions[i], cost = measure(lambda: fresh.advance(1))
-                record = {"cost": cost, "val": _finite(sessions[i].val)}
-            except GBPNError as err:  # a configuration that diverges (too high a learning rate) loses, the search goes on
-                logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
-                sessions.pop(i, None)
+                # building it (precomputed features, checks) is once, not per epoch
+                fresh = self.start(i, self.configs[i])
+                self.sessions[i], cost = measure(lambda: fresh.advance(1))
+                record = {"cost": cost, "val": _finite(self.sessions[i].val)}
+            except GBPNError as err:  # one that diverges (too high a learning rate) loses, the search goes on
+                logger.warning(f"{self.desc}: search configuration {i} {self.configs[i]} failed: {err}")
+                self.sessions.pop(i, None)
                 record = {"cost": None, "val": None, "error": str(err)}
-            if units is not None:
-                units.put(f"config{i}-first", record)
-        records[i]["cost"] = record["cost"]
-        if record["cost"] is None:
-            continue
-        costs = [records[j]["cost"] for j in admitted] + [record["cost"]]
-        if not admitted or schedule.cost(costs) <= schedule.allowance(costs):
-            admitted.append(i)
-            records[i]["admitted"] = True
-        else:
-            sessions.pop(i, None)
-            logger.info(f"{desc}: configuration {i} ({record['cost'] / 1e9:.1f} GFLOP-equivalents an epoch) does not "
-                        f"fit the budget; {len(admitted)} admitted")
-            break
-    costs = [records[j]["cost"] for j in admitted]
-    alive = list(admitted)
-    rungs = schedule.rungs(len(alive))
-    trained = {i: 1 for i, r in enumerate(records) if r["cost"] is not None}  # the first epochs, admitted or not
+            if self.units is not None:
+                self.units.put(f"config{i}-first", record)
+        return record
 
-    def last_epoch(k: int) -> int:
+    def _last_epoch(self, k: int, alive: List[int]) -> int:
         """The last rung trains as far as what is left of the allowance pays for its survivors (``alive``)."""
-        left = schedule.allowance(costs) - sum(records[i]["cost"] * e for i, e in trained.items())
-        start_epoch = rungs[k - 1][1] if k else 1
-        return max(rungs[k][1], min(schedule.run, schedule.final,
-                                    start_epoch + math.floor(left / sum(records[i]["cost"] for i in alive))))
+        left = self.schedule.allowance(self.costs()) - sum(self.records[i]["cost"] * e for i, e in self.trained.items())
+        start_epoch = self.rungs[k - 1][1] if k else 1
+        return max(self.rungs[k][1], min(self.schedule.run, self.schedule.final,
+                                         start_epoch + math.floor(left / sum(self.records[i]["cost"] for i in alive))))
 
-    if len(rungs) == 1:  # its survivors are every admitted configuration: its epoch is known now
-        rungs[0] = (rungs[0][0], last_epoch(0))
-    logger.info(f"{desc}: {plan_line(schedule, rungs, len(admitted), len(configs))}")
-    for k, (n, epoch) in enumerate(rungs):
-        if k == len(rungs) - 1 and k > 0:
-            epoch = last_epoch(k)
-            rungs[k] = (n, epoch)
+    def halve(self) -> int:
+        """Train the admitted configurations rung by rung, the best of each going on; the index of the one left."""
+        alive = list(self.admitted)
+        self.rungs = rungs = self.schedule.rungs(len(alive))
+        self.trained = {i: 1 for i, r in enumerate(self.records) if r["cost"] is not None}  # admitted or not
+        if len(rungs) == 1:  # its survivors are every admitted configuration: its epoch is known now
+            rungs[0] = (rungs[0][0], self._last_epoch(0, alive))
+        logger.info(f"{self.desc}: {plan_line(self.schedule, rungs, len(self.admitted), len(self.configs))}")
+        for k, (n, epoch) in enumerate(rungs):
+            if k == len(rungs) - 1 and k > 0:
+                epoch = self._last_epoch(k, alive)
+                rungs[k] = (n, epoch)
+            alive = self._rung(k, epoch, alive)
+        return alive[0] if alive else 0
+
+    def _rung(self, k: int, epoch: int, alive: List[int]) -> List[int]:
+        """Rung ``k``: every configuration of ``alive`` trained to ``epoch`` and ranked; those that go on."""
+        rungs, records = self.rungs, self.records
         start_epoch = rungs[k - 1][1] if k else 1
         for i in alive:
-            s = session(i, epoch)
+            s = self.session(i, epoch)
             try:
                 s.advance(epoch)
             except GBPNError as err:
-                logger.warning(f"{desc}: search configuration {i} {configs[i]} failed: {err}")
-            trained[i] = s.epoch
+                logger.warning(f"{self.desc}: search configuration {i} {self.configs[i]} failed: {err}")
+            self.trained[i] = s.epoch
             records[i]["rungs"].append({"epoch": epoch, "val": _finite_or_none(s.val), "loss": _loss(s),
                                         "val_loss": _finite_or_none(s.val_loss), "epochs_run": s.epoch})
-            if units is not None:
-                units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
+            if self.units is not None:
+                self.units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
         keep = rungs[k + 1][0] if k + 1 < len(rungs) else 1
-        ranked = sorted(alive, key=lambda i: _rank(sessions[i], i, last=k == len(rungs) - 1))
+        ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last=k == len(rungs) - 1))
         alive = sorted(ranked[:keep])
         for i in ranked[keep:]:
-            del sessions[i]  # a configuration left behind frees its model and precomputed features
+            del self.sessions[i]  # a configuration left behind frees its model and precomputed features
         best = ranked[0]
-        logger.info(f"{desc}: rung {k + 1}/{len(rungs)}: {len(ranked)} configurations trained to epoch {epoch} "
-                    f"({epoch - start_epoch} more each); best val {100 * _finite(records[best]['rungs'][-1]['val']):.2f}% "
-                    f"(configuration {best}: {describe(configs[best], short=True)}); "
+        best_val = 100 * _finite(records[best]["rungs"][-1]["val"])
+        logger.info(f"{self.desc}: rung {k + 1}/{len(rungs)}: {len(ranked)} configurations trained to epoch {epoch} "
+                    f"({epoch - start_epoch} more each); best val {best_val:.2f}% "
+                    f"(configuration {best}: {describe(self.configs[best], short=True)}); "
                     + (f"{len(alive)} go on" if keep > 1 else f"configuration {alive[0]} trains on to the end"
                        if alive else "none goes on"))
-    chosen = alive[0] if alive else 0
-    result = session(chosen, schedule.final).finish(progress)
-    others = [i for i in trained if i != chosen]  # every configuration that trained, the kept one aside
-    spent = sum(records[i]["cost"] * trained[i] for i in others)
-    run_cost = (records[chosen]["cost"] or 0.0) * sessions[chosen].epoch if chosen in sessions else None
-    if records[chosen]["cost"]:  # what the others cost, in runs of the configuration kept (the budget's unit)
-        runs = spent / (records[chosen]["cost"] * schedule.run)
-        logger.info(f"{desc}: kept configuration {chosen} of {len(admitted)} admitted: {describe(configs[chosen])}; "
-                    f"it trained {sessions[chosen].epoch} epochs, the others {runs:.2f} runs of {schedule.run} epochs "
-                    f"of it at the counted costs (the budget leaves them {schedule.budget - 1:g})")
-    return chosen, result, {"configurations": records, "admitted": len(admitted), "allowance": schedule.allowance(costs)
-                            if costs else 0.0, "planned_cost": schedule.cost(costs), "spent_cost": spent,
-                            "other_epochs": sum(trained[i] for i in others), "run_cost": run_cost, "rungs": [list(r) for r in rungs],
-                            "seconds": time.perf_counter() - began}
+        return alive
+
+    def record(self, chosen: int, began: float) -> Dict:
+        """The search's record (see :func:`successive_halving`) once ``chosen`` has trained to the end."""
+        records, schedule, costs = self.records, self.schedule, self.costs()
+        others = [i for i in self.trained if i != chosen]  # every configuration that trained, the kept one aside
+        spent = sum(records[i]["cost"] * self.trained[i] for i in others)
+        run_cost = (records[chosen]["cost"] or 0.0) * self.sessions[chosen].epoch if chosen in self.sessions else None
+        if records[chosen]["cost"]:  # what the others cost, in runs of the configuration kept (the budget's unit)
+            runs = spent / (records[chosen]["cost"] * schedule.run)
+            logger.info(f"{self.desc}: kept configuration {chosen} of {len(self.admitted)} admitted: "
+                        f"{describe(self.configs[chosen])}; it trained {self.sessions[chosen].epoch} epochs, the others "
+                        f"{runs:.2f} runs of {schedule.run} epochs of it at the counted costs (the budget leaves them "
+                        f"{schedule.budget - 1:g})")
+        return {"configurations": records, "admitted": len(self.admitted),
+                "allowance": schedule.allowance(costs) if costs else 0.0, "planned_cost": schedule.cost(costs),
+                "spent_cost": spent, "other_epochs": sum(self.trained[i] for i in others), "run_cost": run_cost,
+                "rungs": [list(r) for r in self.rungs], "seconds": time.perf_counter() - began}
 
 
 def plan_line(schedule: Plan, rungs: Sequence[Tuple[int, int]], admitted: int, drawn: int) -> str:
