@@ -48,6 +48,27 @@ def rss_kb(field: str) -> int:
     return 0
 
 
+def reset_peak(cuda: bool) -> float:
+    """Start a peak-memory measurement: reset the peak counter (CUDA's allocations, else the process's peak
+    RSS) and return what is held now, in kB (the set-up, left out of the peak)."""
+    import torch
+
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated() / 1024
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
+    return rss_kb("VmRSS")
+
+
+def peak_kb(cuda: bool) -> float:
+    """The peak since :func:`reset_peak` (CUDA's allocations, else the process's VmHWM), in kB."""
+    import torch
+
+    return torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")
+
+
 def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, threads: int,
           device: str = "cpu") -> dict:
     import torch
@@ -141,14 +162,7 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
                     m = log_normalize(log_matmul_exp_dense(v, log_H))
                 return aggregate(log_self, m, dst)
     run()  # warm-up
-    if cuda:  # GPU memory: peak allocation over what is allocated before the timed calls
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() / 1024
-    else:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
-        base = rss_kb("VmRSS")
+    base = reset_peak(cuda)  # GPU memory: peak allocation over what is allocated before the timed calls
 
     def median_time(fn) -> float:
         times = []
@@ -164,10 +178,10 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
         seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
     else:
         seconds = median_time(run)
-    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")) - base
+    peak = peak_kb(cuda) - base
     scale = 1 / fraction if op == "plain" else 1.0
     # the process's whole peak (graph, inputs and buffers held across calls, such as the fused kernels' pool)
-    total = torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")
+    total = peak_kb(cuda)
     return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "total_mb": total / 1024, "edges": e}
 
 

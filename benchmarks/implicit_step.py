@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from bp_step import rss_kb  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
+from bp_step import peak_kb, reset_peak  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
 
 
 def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, noise: float, tol: float,
@@ -73,14 +73,7 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     layer.implicit_stats = ImplicitStats()
     layer.zero_grad()
 
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated() / 1024
-    else:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")  # reset the peak-RSS counter: measure the step, not the set-up
-        base = rss_kb("VmRSS")
+    base = reset_peak(cuda)
     t, cpu = time.perf_counter(), time.process_time()
     out = layer(log_self, ei, rev_index=rev, known_labels=y, known_mask=known)
     loss = torch.nn.functional.nll_loss(out[target], y[target])
@@ -88,10 +81,10 @@ def child(mode: str, steps: int, nodes: int, edges: int, c: int, beta: float, no
     if cuda:
         torch.cuda.synchronize()
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-    peak = (torch.cuda.max_memory_allocated() / 1024 if cuda else rss_kb("VmHWM")) - base
+    peak = peak_kb(cuda) - base
     grads = torch.cat([log_self.grad.flatten(), layer.coupling.weight.grad.flatten()])
     return {"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak / 1024, "edges": int(ei.size(1)),
-            "finite": bool(torch.isfinite(grads).all()), "kernel": layer.last_kernel,
+            "finite": bool(torch.isfinite(grads).all()), "kernel": layer.last_backend,
             **layer.implicit_stats.summary()}
 
 

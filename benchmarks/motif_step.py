@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from bp_step import rss_kb  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
+from bp_step import peak_kb, reset_peak  # a sibling script: python benchmarks/<this>.py puts benchmarks/ on the path
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -72,11 +72,9 @@ def child(args: argparse.Namespace) -> dict:
     model(torch.zeros(3, data.num_features), tiny, known_labels=torch.zeros(3, dtype=torch.long),
           known_mask=torch.tensor([True, False, False])).sum().backward()
     opt.zero_grad(set_to_none=True)
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # reset the peak-RSS counter: measure the steps, not the set-up
-    base = rss_kb("VmRSS")
+    base = reset_peak(False)  # the process's peak RSS: measure the steps, not the set-up
     times = [step() for _ in range(args.steps)]
-    return {"seconds": statistics.median(times), "peak_mb": (rss_kb("VmHWM") - base) / 1024,
+    return {"seconds": statistics.median(times), "peak_mb": (peak_kb(False) - base) / 1024,
             "triangles": None if tri is None else int(tri.size(1)), "triangle_seconds": triangle_seconds,
             "nodes": data.num_nodes, "edges": int(ei.size(1)), "classes": c,
             "form": None if tri is None else model.bp.triangle.form}
