@@ -9,7 +9,7 @@ from typing import List, Optional
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args == ["--version"]:  # answered without loading PyTorch (seconds) for a one-line answer
-        from gbpn import __version__
+        from gbpn._version import __version__
 
         print(f"gbpn {__version__}")
         return 0
