@@ -44,43 +44,6 @@ def _both(layer, inputs, kw, params, seed=0):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("damping", [0.0, 0.4])
-@pytest.mark.parametrize("weights", ["none", "edge", "message", "both"])
-@pytest.mark.parametrize("c", [5, 12])  # 12: the chunk products run on BLAS
-@pytest.mark.parametrize("reorder", [False, True])  # the layout renumbers the nodes (as on large graphs)
-def test_fused_equals_eager_forward_and_backward(dtype, damping, weights, c, reorder, monkeypatch):
-    if reorder:
-        monkeypatch.setattr(layouts, "REORDER_MIN_NODES", 0)
-    if c == 12:
-        from gbpn.bp.backends._numba.fused_kernels import _BLAS_CLASSES
-        assert _BLAS_CLASSES <= c
-    n = 40
-    ei = random_graph(n, 0.15, seed=int(damping * 10) + len(weights))
-    E = ei.size(1)
-    g = torch.Generator().manual_seed(1)
-    layer = BeliefPropagation(c, num_steps=6, damping=damping).to(dtype)
-    with torch.no_grad():
-        layer.coupling.weight.copy_(torch.randn(c, c, generator=g))
-    phi = torch.randn(n, c, generator=g, dtype=dtype).requires_grad_()
-    labels, known = torch.randint(0, c, (n,), generator=g), torch.rand(n, generator=g) < 0.3
-    rev = reverse_edge_index(ei, n)
-    params = [phi, layer.coupling.weight]
-    edge_weight = message_weight = None
-    if weights in ("edge", "both"):  # symmetric weights, with gradients
-        half = torch.rand(E, generator=g, dtype=dtype) + 0.5
-        edge_weight = torch.minimum(half, half[rev]).requires_grad_()
-        params.append(edge_weight)
-    if weights in ("message", "both"):
-        message_weight = torch.rand(E, generator=g, dtype=dtype) * 2
-    kw = dict(rev_index=rev, known_labels=labels, known_mask=known, message_weight=message_weight)
-    with num_threads(3 if reorder else 1):  # node blocks on three threads, and the whole graph in one
-        eager, fast = _both(layer, (phi, ei, edge_weight), kw, params)
-    for a, b in zip(eager[:3] + eager[3], fast[:3] + fast[3]):
-        _close(b, a)
-    assert torch.equal(fast[0][known].argmax(1), labels[known])  # evidence stays clamped
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("weights", [False, True])
 def test_kept_messages_give_the_eager_gradients(dtype, weights, monkeypatch):
     """Opted in (``KEEP_MESSAGES_FRACTION`` > 0), from ``_BLAS_CLASSES`` classes on an undamped training

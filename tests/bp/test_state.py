@@ -49,8 +49,8 @@ def test_convergence_costs_t_steps_and_matches_runs_from_scratch():
     n = 50
     ei = random_graph(n, 0.12, seed=3)
     torch.manual_seed(0)
-    data = Data(x=torch.randn(n, 6), edge_index=ei, y=torch.randint(0, 3, (n,)))
-    model = GBPN(6, 3, hidden_channels=8, num_steps=2)
+    data = Data(x=torch.randn(n, 6, dtype=torch.float64), edge_index=ei, y=torch.randint(0, 3, (n,)))
+    model = GBPN(6, 3, hidden_channels=8, num_steps=2).double()
     known = torch.rand(n) < 0.3
     calls = []
     model.bp.register_forward_hook(lambda mod, args, kwargs, out: calls.append(kwargs.get("num_steps")),
@@ -58,4 +58,4 @@ def test_convergence_costs_t_steps_and_matches_runs_from_scratch():
     got = belief_steps(model, data, known, 6)
     assert sum(calls) == 6  # one step per call after t = 0: T steps in all, not T^2 / 2
     for t in (0, 1, 4, 6):
-        torch.testing.assert_close(got[t], predict(model, data, known, num_steps=t), rtol=0, atol=1e-5)
+        torch.testing.assert_close(got[t], predict(model, data, known, num_steps=t), rtol=0, atol=1e-10)

@@ -132,7 +132,10 @@ def select(problem: BPProblem) -> Tuple[Backend, Declined]:
                 logger.debug("BP runs %s", _explain(backend, declined))
             return backend, declined
         declined.append((backend.name, why))
-    if candidates is BACKENDS:  # kernel="fused" or a named backend: say why the kernels of this device declined
+    named = [why for name, why in declined if name == problem.kernel]
+    if named:  # the backend asked for by name: its own reasons
+        raise ValueError(f"kernel={problem.kernel!r} does not apply to this call: {named[0]}")
+    if candidates is BACKENDS:  # kernel="fused": say why the kernels of this device declined
         mine = [why for b, (_, why) in zip(BACKENDS, declined) if b.device_type == problem.device.type]
         compiled = [why for b, (_, why) in zip(BACKENDS, declined) if b.device_type is not None]
         raise ValueError(f"kernel={problem.kernel!r} does not apply to this call: {(mine or compiled)[-1]}")

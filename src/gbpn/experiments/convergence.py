@@ -20,7 +20,7 @@ from torch_geometric.data import Data
 
 from gbpn.io import pyplot, save_figure, write_table
 from gbpn.models.gbpn import GBPN
-from gbpn.train.fit import predict
+from gbpn.train.fit import feature_dtype, predict
 from gbpn.data.features import prepare_features
 from gbpn.data.graph import clean_graph
 
@@ -32,7 +32,7 @@ def belief_steps(model: GBPN, data: Data, known_mask: Optional[Tensor], num_step
     ``num_steps^2 / 2``; past a step whose belief change is below the layer's ``tol`` the beliefs stay
     (as a run of more steps stops there). A triangle model reruns BP for every ``t`` (its messages are
     not handed back)."""
-    x = prepare_features(data.x)
+    x = prepare_features(data.x, dtype=feature_dtype(model))  # a float64 model reads float64 features
     if getattr(model, "motifs", "none") != "none":
         return [predict(model, data, known_mask, num_steps=t, x=x) for t in range(num_steps + 1)]
     log_b = predict(model, data, known_mask, num_steps=0, x=x)  # t = 0, as predict prepares the graph

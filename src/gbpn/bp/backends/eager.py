@@ -166,7 +166,9 @@ def eager_bp(p: BPProblem) -> BPResult:
     e = _edges(p)
     log_self = p.phi()
     out = _implicit(p, e, log_self) if p.implicit else _unrolled(p, e, log_self)
-    if e.perm is not None and p.return_messages:
+    if not p.return_messages:
+        return out._replace(messages=None)
+    if e.perm is not None:
         out = out._replace(messages=out.messages.new_empty(out.messages.shape).index_copy(0, e.perm, out.messages))
     return out
 
