@@ -27,7 +27,7 @@ from gbpn.train.config import TrainConfig
 from gbpn.data.generators import ARXIV_SIZE, PRODUCTS_SIZE, planted_partition_graph
 from gbpn.data.splits import random_split
 from gbpn.train.metrics import accuracy
-from gbpn.nn import GBPN
+from gbpn import GBPN
 from gbpn.graph.csr import CSRGraph
 from gbpn.train.fit import model_args, predict
 from gbpn.train.minibatch import tree_epochs

@@ -71,7 +71,7 @@ def prepare(args: argparse.Namespace) -> None:
     from gbpn.train.config import TrainConfig
     from gbpn.data.generators import ARXIV_SIZE, PRODUCTS_SIZE, planted_partition_graph
     from gbpn.data.splits import random_split
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
     from gbpn.graph.csr import CSRGraph
     from gbpn.train.fit import model_args
     from gbpn.train.minibatch import tree_epochs
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> None:
     from gbpn.distributed import all_gather_object, init_from_env
     from gbpn.distributed.inference import partitioned_predict
     from gbpn.train.metrics import accuracy
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
 
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

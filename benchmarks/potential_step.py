@@ -33,7 +33,7 @@ def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | N
     from gbpn.experiments.benchmark import gbpn_config
     from gbpn.data import load_dataset, random_split
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
     from gbpn.train.fit import model_args
     from gbpn.data.features import prepare_features
     from train_step import time_steps  # the same timed step as the speed table (this folder is on sys.path)

@@ -72,7 +72,7 @@ def measure(dataset: str, kernel: str, steps: int, warmup: int, data_dir: str | 
     import gbpn.bp.layer as bp
     from gbpn.train.config import TrainConfig, default_dropout
     from gbpn.data import load_dataset, random_split
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
     from gbpn.bp.functional import log_matmul_exp_dense, log_normalize
     from gbpn.train.fit import model_args
     from gbpn.data.features import prepare_features

@@ -35,7 +35,7 @@ def test_failed_write_keeps_the_old_file(tmp_path):
 def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path):
     from gbpn.errors import GBPNError
     from gbpn.train.checkpoint import save_checkpoint
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
 
     model = GBPN(3, 2, hidden_channels=4)
     args = {"in_channels": 3, "num_classes": 2, "hidden_channels": 4}
@@ -59,7 +59,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_named(tmp_path):
 import resource, signal
 from gbpn.errors import GBPNError
 from gbpn.train.checkpoint import save_checkpoint
-from gbpn.nn import GBPN
+from gbpn import GBPN
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 model = GBPN(300, 2, hidden_channels=256)
 resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))

@@ -270,7 +270,7 @@ def test_fit_takes_integer_labels_of_any_width_and_refuses_float_ones():
 
 
 def test_predict_reads_a_double_model_and_a_raw_graph_as_fit_does():
-    from gbpn.nn import GBPN
+    from gbpn import GBPN
 
     data = _plain_graph()
     model = GBPN(3, 3, hidden_channels=8, num_steps=3).double()

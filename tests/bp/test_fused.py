@@ -315,7 +315,7 @@ def test_csr_layout_is_cached_per_graph_and_redone_after_an_in_place_change():
     # a write through .data bumps nothing: clear_graph_caches is the documented way to say so
     ei.data.add_(0)
     assert layouts.csr_layout(ei, rev, 20) is second
-    from gbpn.nn import clear_graph_caches
+    from gbpn import clear_graph_caches
 
     clear_graph_caches()
     assert layouts.csr_layout(ei, rev, 20) is not second

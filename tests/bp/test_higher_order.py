@@ -1,7 +1,7 @@
 """Gradients of every order through the fused message kernel and the BP layer (issue 12, item 2)."""
 import torch
 
-from gbpn.nn import BeliefPropagation
+from gbpn import BeliefPropagation
 from gbpn.bp.functional import log_matmul_exp, log_normalize, normalized_message
 
 from conftest import undirected

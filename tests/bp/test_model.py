@@ -1,7 +1,7 @@
 import torch
 from conftest import undirected
 
-from gbpn.nn import GBPN, MLP
+from gbpn import GBPN, MLP
 from gbpn.models.mlp import dropout
 
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gbpn.nn import GBPN, BeliefPropagation
+from gbpn import GBPN, BeliefPropagation
 from gbpn.bp.functional import log_normalize
 from gbpn.graph.reverse import reverse_edge_index
 from gbpn.bp.validation import unchecked

@@ -15,7 +15,7 @@ from gbpn.distributed.partition import (
 )
 from gbpn.graph.degree import pair_degree
 from gbpn.errors import GBPNError
-from gbpn.nn import BeliefPropagation
+from gbpn import BeliefPropagation
 from gbpn.bp import Boundary
 
 
