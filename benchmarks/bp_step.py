@@ -75,14 +75,38 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
 
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
+    op, n, ei, rev = _graph(op, nodes, edges, c, fraction)
+    e = ei.size(1)
+    run = _operation(op, n, c, ei, rev, device)
+    run()  # warm-up
+    base = reset_peak(cuda)  # GPU memory: peak allocation over what is allocated before the timed calls
+
+    def median_time(fn) -> float:
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    if op in ("bp", "eager"):
+        seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
+    else:
+        seconds = median_time(run)
+    peak = peak_kb(cuda) - base
+    scale = 1 / fraction if op == "plain" else 1.0
+    # the process's whole peak (graph, inputs and buffers held across calls, such as the fused kernels' pool)
+    total = peak_kb(cuda)
+    return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "total_mb": total / 1024, "edges": e}
+
+
+def _graph(op: str, nodes: int, edges: int, c: int, fraction: float):
+    """(the operation without its suffix, N, edge_index, reverse index) of the DC-SBM graph; the suffixes
+    ``-given`` and ``-keep`` set the fused kernels' options, ``gcn-rcm`` renumbers the graph, and the plain
+    form keeps ``fraction`` of the edges."""
     from gbpn.data.generators import planted_partition_graph
-    from gbpn.bp.functional import (
-        aggregate,
-        cavity,
-        log_matmul_exp_dense,
-        log_normalize,
-        normalized_message,
-    )
 
     data = planted_partition_graph(nodes, edges, 8, c, seed=0)
     ei, rev = data.edge_index, data.rev_index
@@ -103,7 +127,16 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
     if op == "plain" and fraction < 1:
         keep = int(ei.size(1) * fraction)
         ei, rev = ei[:, :keep], None
-    n, e = data.num_nodes, ei.size(1)
+    return op, data.num_nodes, ei, rev
+
+
+def _operation(op: str, n: int, c: int, ei, rev, device: str):
+    """The call ``op`` times, on seeded inputs (beliefs, messages and a symmetric log H)."""
+    import torch
+
+    from gbpn.bp.functional import aggregate, cavity, log_matmul_exp_dense, log_normalize, normalized_message
+
+    e = ei.size(1)
     g = torch.Generator().manual_seed(0)
     log_self = torch.log_softmax(torch.randn(n, c, generator=g), -1)
     log_msg = torch.log_softmax(torch.randn(e, c, generator=g), -1)
@@ -161,31 +194,10 @@ def child(op: str, nodes: int, edges: int, c: int, reps: int, fraction: float, t
                 else:
                     m = log_normalize(log_matmul_exp_dense(v, log_H))
                 return aggregate(log_self, m, dst)
-    run()  # warm-up
-    base = reset_peak(cuda)  # GPU memory: peak allocation over what is allocated before the timed calls
-
-    def median_time(fn) -> float:
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t)
-        return statistics.median(times)
-
-    if op in ("bp", "eager"):
-        seconds = (median_time(lambda: run(3)) - median_time(lambda: run(1))) / 2
-    else:
-        seconds = median_time(run)
-    peak = peak_kb(cuda) - base
-    scale = 1 / fraction if op == "plain" else 1.0
-    # the process's whole peak (graph, inputs and buffers held across calls, such as the fused kernels' pool)
-    total = peak_kb(cuda)
-    return {"seconds": seconds * scale, "peak_mb": peak / 1024 * scale, "total_mb": total / 1024, "edges": e}
+    return run
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=169_343)
     ap.add_argument("--edges", type=int, default=1_166_243, help="undirected edges to sample")
@@ -209,18 +221,10 @@ def main() -> None:
                     help="with --train: also time the fused training step whose forward keeps every step's messages "
                          "for the backward (opt-in, from 8 classes on), and both training steps' memory")
     ap.add_argument("--child", nargs=2, metavar=("OP", "C"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.train and args.device != "cpu":
-        ap.error("--train times the fused CPU backward; on CUDA training runs the eager path (no Triton backward)")
-    if args.child:
-        op, c = args.child[0], int(args.child[1])
-        frac = args.plain_edge_fraction if c >= 20 else 1.0
-        print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads, args.device)))
-        return
-    where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
-    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}"
-          + (f"; {args.rounds} rounds" if args.rounds > 1 else ""))
-    u, unit = (1000.0, "ms") if args.device != "cpu" else (1.0, "s")  # GPU steps take well under a millisecond
+    return ap
+
+
+def _ops(args: argparse.Namespace) -> tuple:
     ops = ("bp", "gcn") + (() if args.fused_only else ("eager", "log", "plain"))
     if args.train:
         ops += ("train-fused", "gcn2-train") + (() if args.fused_only else ("train-eager",))
@@ -228,8 +232,11 @@ def main() -> None:
         ops += ("bp-given", "gcn-rcm") + (("train-fused-given",) if args.train else ())
     if args.keep_messages and args.train:
         ops += ("train-fused-keep",)
-    plain_mark = "~" if args.plain_edge_fraction < 1 else ""  # the plain form is timed on a fraction of the edges
+    return ops
 
+
+def _columns(u: float, unit: str, plain_mark: str) -> list:
+    """(header, needed op, cell): a column is printed when its op ran."""
     def sec(op):
         return lambda r, c: f"{u * r[op]['seconds']:.3f}"
 
@@ -239,8 +246,7 @@ def main() -> None:
     def mb(op):
         return lambda r, c: f"{r[op]['peak_mb']:.0f}"
 
-    # (header, needed op, cell): a column is printed when its op ran
-    columns = [
+    return [
         ("BP " + unit, "bp", sec("bp")), ("GCNConv " + unit, "gcn", sec("gcn")), ("BP/GCN", "gcn", ratio("bp", "gcn")),
         ("eager " + unit, "eager", sec("eager")), ("eager/BP", "eager", ratio("eager", "bp")),
         ("log " + unit, "log", sec("log")), ("log/GCN", "log", ratio("log", "gcn")),
@@ -264,21 +270,45 @@ def main() -> None:
         ("train peak", "train-fused-keep", lambda r, c: f"{r['train-fused']['total_mb']:.0f}"),
         ("keep peak", "train-fused-keep", lambda r, c: f"{r['train-fused-keep']['total_mb']:.0f}"),
     ]
-    columns = [col for col in columns if col[1] in ops]
+
+
+def _cell(args: argparse.Namespace, ops: tuple, c: int) -> dict:
+    """op -> the medians over the rounds of its child's figures, and ``runs``: its seconds round by round."""
+    rounds = {op: [] for op in ops}
+    for rnd in range(args.rounds):  # alternate the order, so that a drift of the machine's speed cancels
+        for op in (ops if rnd % 2 == 0 else ops[::-1]):
+            cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
+                   str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
+                   "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            rounds[op].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {op: {**{key: statistics.median(x[key] for x in got) for key in got[0]},
+                 "runs": [x["seconds"] for x in got]} for op, got in rounds.items()}
+
+
+def main() -> None:
+    ap = _parser()
+    args = ap.parse_args()
+    if args.train and args.device != "cpu":
+        ap.error("--train times the fused CPU backward; on CUDA training runs the eager path (no Triton backward)")
+    if args.child:
+        op, c = args.child[0], int(args.child[1])
+        frac = args.plain_edge_fraction if c >= 20 else 1.0
+        print(json.dumps(child(op, args.nodes, args.edges, c, args.reps, frac, args.threads, args.device)))
+        return
+    where = args.device if args.device != "cpu" else f"{args.threads} CPU thread(s)"
+    print(f"graph: {args.nodes} nodes, {args.edges} sampled undirected edges; {where}; median of {args.reps}"
+          + (f"; {args.rounds} rounds" if args.rounds > 1 else ""))
+    u, unit = (1000.0, "ms") if args.device != "cpu" else (1.0, "s")  # GPU steps take well under a millisecond
+    ops = _ops(args)
+    plain_mark = "~" if args.plain_edge_fraction < 1 else ""  # the plain form is timed on a fraction of the edges
+    columns = [col for col in _columns(u, unit, plain_mark) if col[1] in ops]
     widths = [max(8, len(name)) for name, _, _ in columns]
     print(f"{'c':>3} " + " ".join(f"{name:>{w}}" for (name, _, _), w in zip(columns, widths)))
     for c in args.classes:
-        rounds = {op: [] for op in ops}
-        for rnd in range(args.rounds):  # alternate the order, so that a drift of the machine's speed cancels
-            for op in (ops if rnd % 2 == 0 else ops[::-1]):
-                cmd = [sys.executable, __file__, "--child", op, str(c), "--nodes", str(args.nodes), "--edges",
-                       str(args.edges), "--reps", str(args.reps), "--threads", str(args.threads),
-                       "--plain-edge-fraction", str(args.plain_edge_fraction), "--device", args.device]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-                rounds[op].append(json.loads(out.stdout.strip().splitlines()[-1]))
-        res = {op: {**{key: statistics.median(x[key] for x in got) for key in got[0]},
-                    "runs": [x["seconds"] for x in got]} for op, got in rounds.items()}
+        res = _cell(args, ops, c)
         print(f"{c:>3} " + " ".join(f"{cell(res, c):>{w}}" for (_, _, cell), w in zip(columns, widths)), flush=True)
+
 
 if __name__ == "__main__":
     main()
