@@ -93,7 +93,7 @@ def _policy(backend: Backend, p: BPProblem) -> Optional[str]:
 def _implicit(p: BPProblem) -> bool:
     """Whether the call differentiates the fixed point implicitly: ``backward="implicit"`` while autograd
     records, with steps to run and no edge chunks; triangle factors unroll (no implicit motif step)."""
-    return (p.backward == "implicit" and torch.is_grad_enabled() and p.steps > 0 and p.edge_chunk is None
+    return (p.backward == "implicit" and torch.is_grad_enabled() and p.num_steps > 0 and p.edge_chunk is None
             and p.triangles is None)
 
 

@@ -261,7 +261,7 @@ class BeliefPropagation(nn.Module):
             clamp = clamp_log_potential(torch.where(known_mask, known_labels, 0), c, log_self.dtype)
         kernel = o.get("kernel")
         return BPProblem(
-            log_self=log_self, edge_index=edge_index, rev_index=rev_index, log_H=log_H, steps=steps,
+            log_self=log_self, edge_index=edge_index, rev_index=rev_index, log_H=log_H, num_steps=steps,
             damping=self.damping, tol=self.tol, known_labels=known_labels, known_mask=known_mask, clamp=clamp,
             edge_weight=edge_weight, message_weight=message_weight, messages=messages, backward=self.backward,
             implicit_stats=self.implicit_stats, return_residuals=bool(o.get("return_residuals", False)),
@@ -306,7 +306,7 @@ class BeliefPropagation(nn.Module):
         log_self = log_self.to(torch.promote_types(log_self.dtype, torch.float32))  # at least float32
         log_H = self.coupling.log_H.to(log_self.dtype)
         check_coupling_range(log_H, log_self.dtype)
-        problem = BPProblem(log_self=log_self, edge_index=None, rev_index=None, log_H=log_H, steps=steps,
+        problem = BPProblem(log_self=log_self, edge_index=None, rev_index=None, log_H=log_H, num_steps=steps,
                             damping=self.damping, known_labels=known_labels, known_mask=known_mask, pairs=pairs,
                             message_dtype=message_dtype, pair_chunk=pair_chunk, boundary=boundary, on_step=on_step)
         return run(problem).log_belief

@@ -76,7 +76,7 @@ class BPProblem:
     edge_index: Optional[Tensor]
     rev_index: Optional[Tensor]
     log_H: Tensor
-    steps: int
+    num_steps: int  # K: the steps this call runs (with backward='implicit', the layer's bound max_steps)
     damping: float = 0.0
     tol: Optional[float] = None
     known_labels: Optional[Tensor] = None
@@ -180,7 +180,7 @@ def compiled_reasons(p: BPProblem) -> List[str]:
         why.append("edge_chunk bounds the eager path's temporaries")
     if p.messages is not None:
         why.append("continuing from given messages runs on the eager path")
-    if p.steps == 0 or p.num_nodes == 0:
+    if p.num_steps == 0 or p.num_nodes == 0:
         why.append("nothing to propagate")
     if p.message_weight is not None and p.message_weight.requires_grad and torch.is_grad_enabled():
         why.append("gradients to message_weight")

@@ -252,6 +252,6 @@ class CPUBinary(Capability):
 
     def run(self, p: BPProblem) -> BPResult:
         log_belief, residuals, log_msg = binary_bp(
-            p.phi(), p.log_H, pair_layout(p.edge_index, p.rev_index, p.num_nodes), p.steps, p.damping, p.tol,
+            p.phi(), p.log_H, pair_layout(p.edge_index, p.rev_index, p.num_nodes), p.num_steps, p.damping, p.tol,
             p.known_mask, p.clamp, p.message_weight, p.return_residuals, p.return_messages)
         return BPResult(p.pin(log_belief), residuals, log_msg)

@@ -454,9 +454,9 @@ class CPUFused(Capability):
         ew, mw = csr_ordered(p.edge_weight, layout.perm), csr_ordered(p.message_weight, layout.perm)
         if p.implicit:
             stats = p.implicit_stats if p.implicit_stats is not None else ImplicitStats()
-            log_belief, residuals = fused_implicit_bp(p.phi(), p.log_H, layout, p.steps, p.damping, p.tol,
+            log_belief, residuals = fused_implicit_bp(p.phi(), p.log_H, layout, p.num_steps, p.damping, p.tol,
                                                       p.known_mask, p.clamp, ew, mw, stats)
             return BPResult(log_belief, residuals, None, stats)
-        log_belief, residuals, log_msg = fused_bp(p.phi(), p.log_H, layout, p.steps, p.damping, p.tol, p.known_mask,
+        log_belief, residuals, log_msg = fused_bp(p.phi(), p.log_H, layout, p.num_steps, p.damping, p.tol, p.known_mask,
                                                   p.clamp, ew, mw, p.return_residuals, p.return_messages)
         return BPResult(log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm))

@@ -67,6 +67,6 @@ class CUDATriton(Capability):
     def run(self, p: BPProblem) -> BPResult:
         layout = device_csr(p.edge_index, p.rev_index, p.num_nodes)
         log_belief, residuals, log_msg = _kernels().triton_bp(
-            p.phi(), p.log_H, layout, p.steps, p.damping, p.tol, p.known_mask, p.clamp,
+            p.phi(), p.log_H, layout, p.num_steps, p.damping, p.tol, p.known_mask, p.clamp,
             csr_ordered(p.message_weight, layout.perm), p.return_residuals, p.return_messages)
         return BPResult(log_belief, residuals, edge_ordered(log_msg if p.return_messages else None, layout.perm))

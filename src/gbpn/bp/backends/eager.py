@@ -106,7 +106,7 @@ def _implicit(p: BPProblem, e: _Edges, log_self: Tensor) -> BPResult:
                                                             and e.message_weight.requires_grad)
     clamp = () if p.clamp is None else (p.known_mask.view(-1, 1), p.clamp)
     linearize = bp_linearization(src, dst, rev, *clamp) if plain else autograd_linearization(belief_of, message_of)
-    log_msg = implicit_messages(linearize, e.ordered(p.fixed_point.messages), params, p.tol, p.steps, converged, stats)
+    log_msg = implicit_messages(linearize, e.ordered(p.fixed_point.messages), params, p.tol, p.num_steps, converged, stats)
     return BPResult(belief_of(log_msg, *params), list(fixed_res.unbind()), log_msg, stats)
 
 
@@ -140,11 +140,11 @@ def _new_messages(p: BPProblem, e: _Edges, log_belief: Tensor, log_msg: Tensor, 
 
 
 def _unrolled(p: BPProblem, e: _Edges, log_self: Tensor) -> BPResult:
-    """``p.steps`` steps (fewer once the belief change is below ``p.tol``)."""
+    """``p.num_steps`` steps (fewer once the belief change is below ``p.tol``)."""
     log_belief, log_msg = _start(p, e, log_self)
     lin = _Linear(p.log_H, log_msg) if p.linear else None
     residuals: List[Tensor] = []
-    for _ in range(p.steps):
+    for _ in range(p.num_steps):
         if lin is not None:
             lin.belief = torch.exp(log_belief - log_belief.amax(dim=-1, keepdim=True))
         new_msg = _new_messages(p, e, log_belief, log_msg, lin)
@@ -161,7 +161,7 @@ def _unrolled(p: BPProblem, e: _Edges, log_self: Tensor) -> BPResult:
 
 
 def eager_bp(p: BPProblem) -> BPResult:
-    """``p.steps`` BP steps (or the implicit fixed point) as torch operations; the messages in the
+    """``p.num_steps`` BP steps (or the implicit fixed point) as torch operations; the messages in the
     caller's edge order when asked for."""
     e = _edges(p)
     log_self = p.phi()

@@ -98,7 +98,7 @@ def triangle_messages(log_belief: Tensor, log_tmsg: Tensor, triangles: Tensor, f
 
 
 def motif_bp(p: BPProblem) -> BPResult:
-    """``p.steps`` synchronous steps of both kinds of message from the previous step's beliefs."""
+    """``p.num_steps`` synchronous steps of both kinds of message from the previous step's beliefs."""
     phi = p.phi()
     c = p.num_classes
     src, dst = p.edge_index[0], p.edge_index[1]
@@ -108,7 +108,7 @@ def motif_bp(p: BPProblem) -> BPResult:
     log_msg = phi.new_full((src.numel(), c), -math.log(c))
     log_tmsg = phi.new_full((3, triangles.size(1), c), -math.log(c))
     residuals: List[Tensor] = []
-    for _ in range(p.steps):
+    for _ in range(p.num_steps):
         new_msg = log_messages(log_belief, log_msg, src, p.rev_index, p.log_H, p.damping, p.edge_weight)
         log_tmsg = triangle_messages(log_belief, log_tmsg, triangles, p.triangle_log, p.triangle_form, p.damping)
         log_msg = new_msg

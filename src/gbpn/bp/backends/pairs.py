@@ -312,7 +312,7 @@ class Pairs(Capability):
         log_self = log_normalize(p.log_self.to(dtype))
         if clamp is not None:
             log_self[known_idx] = clamp
-        return BPResult(pair_bp(log_self, p.pairs, p.log_H.to(dtype), p.steps, p.damping, known_idx, clamp,
+        return BPResult(pair_bp(log_self, p.pairs, p.log_H.to(dtype), p.num_steps, p.damping, known_idx, clamp,
                                 p.pair_chunk, p.message_dtype, p.boundary, p.on_step, linear=p.linear), [])
 
 
