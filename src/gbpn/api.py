@@ -30,6 +30,7 @@ import torch
 
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
+from gbpn.models.encoders.registry import spec
 from gbpn.train.config import MAX_SEED, TrainConfig
 from gbpn.train.fit import fit
 
@@ -156,15 +157,7 @@ def load(checkpoint: str, dataset: Optional[str] = None, data_dir: Optional[str]
         raise GBPNError(f"the graph has {int(data.y.max()) + 1} classes (labels up to {int(data.y.max())}) but the "
                         f"checkpoint knows {model.num_classes}")
     own_graph = same and sample == recorded_sample
-    recorded_model = meta.get("model_args") or {}
-    trained_nodes = (recorded_model.get("potential_options") or {}).get("num_nodes", data.num_nodes)
-    if recorded_model.get("potential") == "linkx" and (not own_graph or data.num_nodes != trained_nodes):
-        # W_A has a row per node of the training graph: on another graph (or the same folder since
-        # edited) its rows belong to other nodes
-        trained_on = source.get("dataset") or meta.get("dataset")
-        raise GBPNError("this checkpoint's linkx potential has a weight row per node of the graph it was trained on "
-                        f"({trained_on}" + (f", sample {recorded_sample}" if recorded_sample else "") + "), so it "
-                        "predicts on that graph, unchanged, only: leave out --dataset and --sample, or train on this graph")
+    _check_node_weights(meta, data, own_graph)
     if not same and bool((data.y >= 0).any()) and int(data.y.max()) + 1 < model.num_classes:
         logger.warning(f"the checkpoint knows {model.num_classes} classes but {name}'s labels go up to class "
                        f"{int(data.y.max())}: the predictions can name classes this graph does not have")
@@ -199,6 +192,22 @@ def load(checkpoint: str, dataset: Optional[str] = None, data_dir: Optional[str]
             logger.warning(f"--known labeled clamps the labels of {int((mask & masks[2]).sum())} test node(s) of "
                            f"{whose}: scoring this output on them measures nothing (--known train clamps the training split only)")
     return Loaded(model, meta, data, masks, mask, known, own_graph)
+
+
+def _check_node_weights(meta: Dict, data, own_graph: bool) -> None:
+    """Refuse a checkpoint whose encoder has a weight per node of its training graph (linkx's ``W_A``:
+    :attr:`~gbpn.models.encoders.registry.EncoderSpec.node_count`) on another graph, or on the same folder since
+    edited: its rows would belong to other nodes."""
+    recorded_model = meta.get("model_args") or {}
+    trained_nodes = (recorded_model.get("potential_options") or {}).get("num_nodes", data.num_nodes)
+    potential = recorded_model.get("potential")
+    entry = spec(potential) if isinstance(potential, str) else None
+    if entry is not None and entry.node_count and (not own_graph or data.num_nodes != trained_nodes):
+        trained_on = (meta.get("source") or {}).get("dataset") or meta.get("dataset")
+        sample = meta.get("sample", 0)
+        raise GBPNError(f"this checkpoint's {potential} potential has a weight row per node of the graph it was "
+                        f"trained on ({trained_on}" + (f", sample {sample}" if sample else "") + "), so it predicts on "
+                        "that graph, unchanged, only: leave out --dataset and --sample, or train on this graph")
 
 
 def _split_of(data, meta: dict, own: bool, needed: bool):

@@ -34,9 +34,9 @@ from torch import Tensor
 from gbpn.baselines.training import checked_inputs, start_full_batch
 from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
-from gbpn.train.config import default_dropout
-from gbpn.train.search import (DEEP, NETWORK_SPACE, SWITCHES, at_fastest_lr, check_space, max_configurations, plan,
-                               sample, successive_halving)
+from gbpn.train.config import check_space, default_dropout
+from gbpn.train.search import (DEEP, NETWORK_SPACE, SWITCHES, at_fastest_lr, max_configurations, plan, sample,
+                               successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")

@@ -31,6 +31,7 @@ from gbpn.distributed.partition import (
 )
 from gbpn.errors import GBPNError
 from gbpn.memory import release_file_pages
+from gbpn.models.encoders.registry import reads_own_features
 from gbpn.models.gbpn import GBPN
 from gbpn.bp import Boundary
 
@@ -53,7 +54,7 @@ def local_self_potential(model: GBPN, data: Data, nodes: Tensor, node_chunk: int
     and keeps the rows of ``nodes``."""
     from gbpn.data.features import prepare_features
 
-    if model.potential != "mlp":
+    if not reads_own_features(model.potential):  # the encoder registry says which read nothing else
         x = model.precompute(prepare_features(data.x), data.edge_index)
         return model.self_potential(x, data.edge_index).index_select(0, nodes)
     # only this part's rows are read (the features may be memory-mapped)

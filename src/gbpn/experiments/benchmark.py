@@ -37,7 +37,7 @@ from gbpn.experiments.tables import read_rows, score_note, write_results
 from gbpn.io import atomic_write, check_writable, read_json, versions, write_json, write_predictions
 from gbpn.progress import Progress
 from gbpn.train.config import check_budget, resolve_device
-from gbpn.train.fit import TrialResult
+from gbpn.train.session import TrialResult
 from gbpn.train.metrics import check_metric, default_metric
 
 PRESETS: Dict[str, Dict] = {

@@ -10,10 +10,11 @@ from typing import Callable, Dict, List, Sequence
 
 from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
-from gbpn.train.config import TrainConfig
+from gbpn.train.config import OPTIONS, TrainConfig, check_space
 from gbpn.train.cost import counted
-from gbpn.train.search import (GBPN_SPACE, PUBLISHED_ANCHORS, applies, at_fastest_lr, check_space,
+from gbpn.train.search import (GBPN_SPACE, PUBLISHED_ANCHORS, applies, at_fastest_lr,
                                max_configurations, plan, sample, successive_halving)
+from gbpn.train.session import TrialResult
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -66,7 +67,6 @@ def search_space(config: TrainConfig) -> Dict[str, list]:
     """The space ``--budget`` searches: ``config.search_space``, or :data:`~gbpn.train.search.GBPN_SPACE`;
     with mini-batch training, only the encoders that train on sampled trees."""
     from gbpn.models import encoders
-    from gbpn.train.config import OPTIONS
 
     space = {k: list(v) for k, v in (config.search_space or GBPN_SPACE).items()}
     check_space(space, list(OPTIONS))
@@ -78,14 +78,12 @@ def search_space(config: TrainConfig) -> Dict[str, list]:
 
 
 def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, on_epoch,
-             units: Units, fit_one: Callable, start_one: Callable) -> "TrialResult":  # noqa: F821
+             units: Units, fit_one: Callable, start_one: Callable) -> TrialResult:
     """``--potential auto``: every candidate of :func:`auto_candidates` trained in full (``config.budget``
     None), or a search within ``config.budget`` full trainings (:func:`fit_budgeted`). Finished candidates
     and rungs are kept in ``units`` and not trained again."""
     if config.budget is not None:
         return fit_budgeted(data, config, seed, masks, progress, desc, units, start_one)
-    from gbpn.train.fit import TrialResult
-
     candidates, results = auto_candidates(config), []
     for k, cand in enumerate(candidates):
         name = candidate_name(cand)
@@ -107,7 +105,7 @@ def fit_auto(data, config: TrainConfig, seed: int, masks, progress: bool, desc: 
 
 
 def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, desc: str, units: Units,
-                 start_one: Callable) -> "TrialResult":  # noqa: F821
+                 start_one: Callable) -> TrialResult:
     """Successive halving (:mod:`gbpn.train.search`) over :func:`search_space` within ``config.budget`` full
     trainings, the exhaustive candidates' settings first (at the space's largest learning rate); the configuration left trains on to ``config.epochs``.
     Its metrics record every configuration tried (``auto_search``)."""

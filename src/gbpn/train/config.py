@@ -20,11 +20,11 @@ import copy
 import math
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, is_dataclass, replace
-from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
 from gbpn.models.encoders import EncoderConfig, encoder_options
-from gbpn.models.encoders.registry import validate_encoder
+from gbpn.models.encoders.registry import check_precision, validate_encoder
 from gbpn.train.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -43,6 +43,17 @@ def check_budget(budget, flag: str = "--budget") -> None:
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 1 <= budget <= MAX_BUDGET:
         raise GBPNError(f"{flag} counts full trainings of a search: from 1 (the chosen configuration's own) to "
                         f"{MAX_BUDGET}, got {budget}")
+
+
+def check_space(space: Dict[str, Sequence], known: Sequence[str]) -> None:
+    """Refuse a search space with an option ``known`` does not hold or no choices, naming it."""
+    if not isinstance(space, dict) or not space:
+        raise GBPNError(f"the search space must be a JSON object of option -> list of choices, got {space!r}")
+    for name, choices in space.items():
+        if name not in known:
+            raise GBPNError(f"the search space sets {name!r}, which is not an option here ({', '.join(known)})")
+        if not isinstance(choices, list) or not choices:
+            raise GBPNError(f"the search space's {name} must be a non-empty list of choices, got {choices!r}")
 
 
 def default_dropout(num_features: int, num_train: int) -> float:
@@ -269,8 +280,7 @@ class TrainConfig:
             check_budget(o.budget, _option("budget"))
         if o.search_space is not None:
             self._check_search_space(o.search_space)
-        if self.encoder.potential != "mlp" and m.precision != "fp32":
-            raise GBPNError("--precision bf16 is implemented for the mlp potential only")
+        check_precision(self.encoder.potential, m.precision)
         if e.metric not in METRICS + ("auto",):
             raise GBPNError(f"unknown metric {e.metric!r}; choose one of {', '.join(METRICS)} or auto")
 
@@ -278,7 +288,6 @@ class TrainConfig:
         """Refuse a search space (``config.json``'s ``search_space``) whose options or choices the flags would
         refuse, by the same checks, before anything runs: each choice is validated as this config with it."""
         from gbpn.models.encoders.registry import ENCODERS
-        from gbpn.train.search import check_space
 
         if isinstance(space, dict):  # tuples of choices are lists to the search (gbpn.train.auto.search_space)
             space = {k: list(v) if isinstance(v, tuple) else v for k, v in space.items()}

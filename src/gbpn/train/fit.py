@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -21,26 +21,18 @@ from gbpn.data.graph import as_training_graph, clean_graph
 from gbpn.data.splits import check_masks, random_split
 from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
+from gbpn.models.encoders.registry import graph_options
 from gbpn.models.gbpn import GBPN
 from gbpn.train.auto import candidate_name, fit_auto
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
 from gbpn.train.loop import Selection, optimizer_step
-from gbpn.train.session import Session
+from gbpn.train.session import Session, TrialResult
 from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold
 from gbpn.train.minibatch import check_data_parallel, data_parallel_epochs, tree_epochs
 from gbpn.train.objective import balanced_class_weight, degree_temperature, empirical_coupling, marginal_nll
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
-
-
-@dataclass
-class TrialResult:
-    model: GBPN
-    metrics: Dict[str, float]
-    masks: Tuple[Tensor, Tensor, Tensor]
-    history: List[Dict[str, float]] = field(default_factory=list)
-    config: Optional[TrainConfig] = None  # as trained: with --potential auto, the chosen encoder
 
 
 def feature_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -56,11 +48,7 @@ def model_args(in_channels: int, num_classes: int, config: TrainConfig, dropout:
     ``num_nodes``: the graph's, needed by the ``linkx`` potential (a weight per node); ``seed``: the
     trial's, which samples the triangles under ``max_triangles_per_node``."""
     implicit = config.backward == "implicit"
-    options = config.potential_options()
-    if config.potential == "linkx":
-        if num_nodes is None:
-            raise GBPNError("the linkx potential needs the graph's number of nodes")
-        options["num_nodes"] = num_nodes
+    options = {**config.potential_options(), **graph_options(config.potential, num_nodes)}
     # a pairwise model's arguments stay those of earlier versions (their checkpoints, bit for bit)
     motifs = {} if config.motifs == "none" else {
         "motifs": config.motifs, "max_triangles_per_node": config.max_triangles_per_node, "triangle_seed": seed}
@@ -200,15 +188,37 @@ def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, T
     device = resolve_device(config.device)
     if device.type != "cpu" and config.sampler == "exp3":
         raise GBPNError("the Exp3 sampler learns on the CPU; train it with --device cpu")
-    num_classes = int(data.num_classes)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     dropout = config.dropout if config.dropout is not None else default_dropout(data.num_features, int(masks[0].sum()))
+    model, opt = _model_and_optimizer(data, config, dropout, seed, masks[0])
+    model.to(device)
+    g = _on_device(model, data, masks, config, device, desc)
+    warmup_epochs = int(round(config.warmup * config.epochs))
+    train_loss, evaluate = _objective(model, g, config, gen, warmup_epochs)
+    train_epoch, sampler = _epochs(model, opt, g, config, gen, seed, warmup_epochs, train_loss)
+    if on_epoch is not None:
+        inner = train_epoch
+
+        def train_epoch(epoch: int) -> float:
+            loss = inner(epoch)
+            on_epoch(epoch, model, sampler)
+            return loss
+
+    selection = Selection(model, train_epoch, evaluate, g.data.y, g.masks, config.epochs, desc, config.patience,
+                          config.metric)
+    return Session(selection, model, opt, lambda s: _finish(s, model, g, config, dropout), [gen],
+                   cuda=device.type == "cuda")
+
+
+def _model_and_optimizer(data: Data, config: TrainConfig, dropout: float, seed: int, train_mask: Tensor):
+    """The GBPN of ``config`` (initialised from the global generator, seeded by the caller) and its AdamW, the
+    factors (H, and T of a triangle model) at ``--coupling-lr``."""
+    num_classes = int(data.num_classes)
     model = GBPN(**model_args(data.num_features, num_classes, config, dropout, data.num_nodes, seed))
     if config.coupling_init == "empirical":
         with torch.no_grad():
-            model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, masks[0], num_classes).log())
-    # the factors (H, and T of a triangle model) learn at --coupling-lr
+            model.bp.coupling.weight.copy_(empirical_coupling(data.edge_index, data.y, train_mask, num_classes).log())
     coupling_params = list(model.bp.coupling.parameters()) + list(getattr(model.bp, "triangle", torch.nn.Module())
                                                                   .parameters())
     factor_ids = {id(p) for p in coupling_params}
@@ -218,14 +228,35 @@ def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, T
         lr=config.lr,
         weight_decay=config.weight_decay,
     )
+    return model, opt
 
-    cpu_masks = masks
-    model.to(device)
-    cpu_data, data = data, data.to(device)
+
+@dataclass
+class _Graph:
+    """A training's graph on its device and what every epoch reads of it, computed once: the encoder's input ``x``
+    (precomputed), the triangles of a triangle model, the training nodes, the loss's degree weights and class
+    weights; ``cpu_data`` and ``cpu_masks`` as given."""
+
+    data: Data
+    masks: Tuple[Tensor, Tensor, Tensor]
+    cpu_data: Data
+    cpu_masks: Tuple[Tensor, Tensor, Tensor]
+    device: torch.device
+    x: object
+    triangles: Optional[Tensor]
+    train_idx: Tensor
+    alpha: Optional[Tensor]
+    class_weight: Optional[Tensor]
+    precompute_seconds: float
+    triangle_seconds: float
+
+
+def _on_device(model: GBPN, data: Data, masks, config: TrainConfig, device: torch.device, desc: str) -> _Graph:
+    """The graph moved to ``device`` with its once-per-training inputs (timed: precomputation, triangles)."""
+    cpu_data, cpu_masks = data, masks
+    data = data.to(device)
     masks = tuple(m.to(device) for m in masks)
-    train_mask = masks[0]
-    y = data.y
-    ei, rev, ew = data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
+    ei = data.edge_index
     start = time.perf_counter()
     x = model.precompute(prepare_features(data.x, dtype=feature_dtype(model)), ei)  # once, not per step
     precompute_seconds = time.perf_counter() - start
@@ -237,78 +268,86 @@ def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, T
                                                             if config.max_triangles_per_node else "")
                     + f", enumerated in {triangle_seconds:.2f} s")
     alpha = degree_temperature(ei, data.num_nodes) if config.degree_weight else None
-    train_idx = train_mask.nonzero().view(-1)
+    train_idx = masks[0].nonzero().view(-1)
+    cw = balanced_class_weight(data.y[train_idx], int(data.num_classes)) if config.class_weight else None
+    return _Graph(data, masks, cpu_data, cpu_masks, device, x, tri, train_idx, alpha, cw, precompute_seconds,
+                  triangle_seconds)
+
+
+def _objective(model: GBPN, g: _Graph, config: TrainConfig, gen: torch.Generator, warmup_epochs: int):
+    """``train_loss(epoch)`` of a full-batch step and ``evaluate(epoch)``'s log-beliefs (no BP during warm-up).
+
+    GBPN (transductive) clamps a fresh random half of the training nodes (drawn from ``gen``) and takes the loss on
+    the other half, and evaluation clamps all of them; GBPN-I reads features only, the loss on every training node."""
     transductive = config.variant == "gbpn"
-    eval_known = train_mask if transductive else None
-    warmup_epochs = int(round(config.warmup * config.epochs))
-    cw = balanced_class_weight(y[train_idx], num_classes) if config.class_weight else None
+    data, train_mask, train_idx, tri = g.data, g.masks[0], g.train_idx, g.triangles
+    y, ei, rev, ew = data.y, data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
 
     def train_loss(epoch: int) -> Tensor:
         steps = 0 if epoch < warmup_epochs else None
         if transductive:
-            perm = train_idx[torch.randperm(train_idx.numel(), generator=gen).to(device)]
+            perm = train_idx[torch.randperm(train_idx.numel(), generator=gen).to(g.device)]
             known = torch.zeros_like(train_mask)
             known[perm[: perm.numel() // 2]] = True
             loss_idx = perm[perm.numel() // 2 :]
-            out = model(x, ei, ew, rev_index=rev, known_labels=y, known_mask=known, num_steps=steps, triangles=tri)
+            out = model(g.x, ei, ew, rev_index=rev, known_labels=y, known_mask=known, num_steps=steps, triangles=tri)
         else:
             loss_idx = train_idx
-            out = model(x, ei, ew, rev_index=rev, num_steps=steps, triangles=tri)
-        return marginal_nll(out[loss_idx], y[loss_idx], None if alpha is None else alpha[loss_idx], cw)
+            out = model(g.x, ei, ew, rev_index=rev, num_steps=steps, triangles=tri)
+        return marginal_nll(out[loss_idx], y[loss_idx], None if g.alpha is None else g.alpha[loss_idx],
+                            g.class_weight)
 
     def evaluate(epoch: int) -> Tensor:
-        return predict(model, data, eval_known, num_steps=0 if epoch < warmup_epochs else None, x=x,
-                       edge_chunk=config.edge_chunk, triangles=tri)
+        return predict(model, data, train_mask if transductive else None,
+                       num_steps=0 if epoch < warmup_epochs else None, x=g.x, edge_chunk=config.edge_chunk,
+                       triangles=tri)
 
-    sampler = None
+    return train_loss, evaluate
+
+
+def _epochs(model: GBPN, opt, g: _Graph, config: TrainConfig, gen: torch.Generator, seed: int, warmup_epochs: int,
+            train_loss: Callable[[int], Tensor]):
+    """``(train_epoch, sampler)``: a full-batch step of ``train_loss``, or an epoch over sampled trees (one process,
+    or data-parallel under ``torchrun``); ``sampler`` is the Exp3 sampler or None."""
     if config.batch_size is None:
-        train_epoch = lambda epoch: optimizer_step(opt, train_loss(epoch))  # noqa: E731
-    else:
-        if config.sampler == "exp3":
-            from gbpn.graph.csr import CSRGraph
-            from gbpn.sampling.importance import Exp3Sampler
+        return (lambda epoch: optimizer_step(opt, train_loss(epoch))), None
+    sampler = None
+    if config.sampler == "exp3":
+        from gbpn.graph.csr import CSRGraph
+        from gbpn.sampling.importance import Exp3Sampler
 
-            sampler = Exp3Sampler(CSRGraph.from_edge_index(ei, data.num_nodes), config.fanout, config.exp3_gamma)
-        rank, world = rank_and_world()
-        if world == 1:
-            train_epoch = tree_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
-                                      warmup_epochs, gen, cw, sampler)
-        else:
-            train_epoch = data_parallel_epochs(model, opt, cpu_data, x, train_idx.cpu(), transductive, config,
-                                                warmup_epochs, seed, cw, device)
-    if on_epoch is not None:
-        inner = train_epoch
+        sampler = Exp3Sampler(CSRGraph.from_edge_index(g.data.edge_index, g.data.num_nodes), config.fanout,
+                              config.exp3_gamma)
+    transductive = config.variant == "gbpn"
+    if rank_and_world()[1] == 1:
+        return tree_epochs(model, opt, g.cpu_data, g.x, g.train_idx.cpu(), transductive, config, warmup_epochs, gen,
+                           g.class_weight, sampler), sampler
+    return data_parallel_epochs(model, opt, g.cpu_data, g.x, g.train_idx.cpu(), transductive, config, warmup_epochs,
+                                seed, g.class_weight, g.device), sampler
 
-        def train_epoch(epoch: int) -> float:
-            loss = inner(epoch)
-            on_epoch(epoch, model, sampler)
-            return loss
 
-    selection = Selection(model, train_epoch, evaluate, y, masks, config.epochs, desc, config.patience, config.metric)
+def _finish(selection: Selection, model: GBPN, g: _Graph, config: TrainConfig, dropout: float) -> TrialResult:
+    """The finished training's result: the best epoch's metrics with what the run used and measured."""
+    metrics, best_out, history = selection.result()
+    model.cpu()
+    if rank_and_world()[1] > 1:  # data-parallel ranks must end identical: record the evidence
+        from gbpn.distributed import all_gather_object
 
-    def finish(selection: Selection) -> TrialResult:
-        metrics, best_out, history = selection.result()
-        model.cpu()
-        if rank_and_world()[1] > 1:  # data-parallel ranks must end identical: record the evidence
-            from gbpn.distributed import all_gather_object
-
-            metrics.update(world_size=rank_and_world()[1],
-                           rank_parameter_digests=all_gather_object(parameter_digest(model)))
-        metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
-        metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(device),
-                       potential=candidate_name(config), potential_separate=config.separate,
-                       precompute_seconds=precompute_seconds)
-        if tri is not None:
-            metrics.update(triangles=tri.size(1), triangle_seconds=triangle_seconds,
-                           triangle_form=model.bp.triangle.form)
-        if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
-            metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
-        positive = getattr(data, "positive_class", None)
-        if positive is not None and num_classes == 2:
-            metrics.update(f1_with_val_threshold(best_out.cpu(), cpu_data.y, cpu_masks[1], cpu_masks[2], positive))
-        return TrialResult(model=model, metrics=metrics, masks=cpu_masks, history=history, config=config)
-
-    return Session(selection, model, opt, finish, [gen], cuda=device.type == "cuda")
+        metrics.update(world_size=rank_and_world()[1],
+                       rank_parameter_digests=all_gather_object(parameter_digest(model)))
+    metrics.update(first_loss=history[0]["loss"], last_loss=history[-1]["loss"])
+    metrics.update(dropout=dropout, coupling=model.bp.coupling.normalized().tolist(), device=str(g.device),
+                   potential=candidate_name(config), potential_separate=config.separate,
+                   precompute_seconds=g.precompute_seconds)
+    tri = g.triangles
+    if tri is not None:
+        metrics.update(triangles=tri.size(1), triangle_seconds=g.triangle_seconds, triangle_form=model.bp.triangle.form)
+    if config.backward == "implicit":  # convergence of the training passes (fallbacks: see gbpn.bp.implicit)
+        metrics.update({f"implicit_{k}": v for k, v in model.bp.implicit_stats.summary().items()})
+    positive = getattr(g.data, "positive_class", None)
+    if positive is not None and int(g.data.num_classes) == 2:
+        metrics.update(f1_with_val_threshold(best_out.cpu(), g.cpu_data.y, g.cpu_masks[1], g.cpu_masks[2], positive))
+    return TrialResult(model=model, metrics=metrics, masks=g.cpu_masks, history=history, config=config)
 
 
 def parameter_digest(model: torch.nn.Module) -> str:

@@ -34,11 +34,15 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
+from gbpn.train.config import OPTIONS
 from gbpn.train.cost import counted
 from gbpn.train.units import Units
+
+if TYPE_CHECKING:
+    from gbpn.train.session import Session
 
 logger = logging.getLogger("gbpn")
 
@@ -150,7 +154,6 @@ def applies(name: str, potential: str, params: Optional[Dict] = None) -> bool:
     ``potential`` encoder, given the options ``params`` drawn before it; options of the BP and the optimiser act
     on every one."""
     from gbpn.models.encoders.registry import option_users, spec
-    from gbpn.train.config import OPTIONS
 
     if name == "batch_norm" and params and params.get("layer_norm"):
         return False  # one normalisation: LayerNorm drawn, BatchNorm stays off
@@ -164,17 +167,6 @@ def applies(name: str, potential: str, params: Optional[Dict] = None) -> bool:
     if path[:1] == ("encoder",) and len(path) > 2:
         return potential in option_users().get(path[1], ())
     return True
-
-
-def check_space(space: Dict[str, Sequence], known: Sequence[str]) -> None:
-    """Refuse a search space with an option ``known`` does not hold or no choices, naming it."""
-    if not isinstance(space, dict) or not space:
-        raise GBPNError(f"the search space must be a JSON object of option -> list of choices, got {space!r}")
-    for name, choices in space.items():
-        if name not in known:
-            raise GBPNError(f"the search space sets {name!r}, which is not an option here ({', '.join(known)})")
-        if not isinstance(choices, list) or not choices:
-            raise GBPNError(f"the search space's {name} must be a non-empty list of choices, got {choices!r}")
 
 
 def at_fastest_lr(params: Dict, space: Dict[str, Sequence]) -> Dict:
@@ -238,7 +230,7 @@ def _size(space: Dict[str, Sequence], reads: Callable[[str, Dict], bool], cap: i
     return count(0, {}, cap)
 
 
-def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], "Session"], schedule: Plan,  # noqa: F821
+def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], Session], schedule: Plan,
                        units: Optional[Units] = None, desc: str = "search", progress: bool = False,
                        measure: Callable = counted) -> Tuple[int, object, Dict]:
     """Search ``configs`` within ``schedule``'s budget (see the module). ``start(index, params)`` builds a
@@ -410,8 +402,6 @@ def plan_line(schedule: Plan, rungs: Sequence[Tuple[int, int]], admitted: int, d
 def describe(params: Dict, short: bool = False) -> str:
     """A search configuration as training flags (``sage --hidden 256 --dropout 0.5 --lr 0.01 --no-separate``;
     options that are no training option as ``name value``); ``short``: its encoder alone, if it has one."""
-    from gbpn.train.config import OPTIONS
-
     if short and "potential" in params:
         return str(params["potential"])
     out = []

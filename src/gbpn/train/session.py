@@ -8,11 +8,25 @@ and out after them, so sessions trained in turns give, epoch for epoch, what eac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from gbpn.train.config import TrainConfig
 from gbpn.train.loop import Selection
+
+
+@dataclass
+class TrialResult:
+    """A finished training: the model (its best validation epoch's parameters, on the CPU), its metrics, the split
+    ``(train, val, test)`` masks, the per-epoch history and the config it trained (with ``--potential auto``, the
+    chosen encoder's)."""
+
+    model: torch.nn.Module
+    metrics: Dict[str, float]
+    masks: Tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    history: List[Dict[str, float]] = field(default_factory=list)
+    config: Optional[TrainConfig] = None
 
 
 @dataclass

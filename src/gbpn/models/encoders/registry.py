@@ -36,6 +36,10 @@ class EncoderSpec:
         mini_batch: trains on sampled trees (its potential of a node depends on that node's inputs only).
         precisions: the ``precision`` values it implements.
         check: ``check(separate)`` refuses a ``separate`` this encoder cannot train with (before anything runs).
+        node_count: takes the graph's number of nodes (``num_nodes``: a weight per node), so that a model is tied
+            to the graph it trained on (:func:`graph_options`).
+        own_features: a node's potential reads that node's features alone, with no precomputation over the graph,
+            so partitioned inference computes it part by part (:func:`reads_own_features`).
     """
 
     name: str
@@ -48,6 +52,8 @@ class EncoderSpec:
     mini_batch: bool = False
     precisions: Tuple[str, ...] = ("fp32",)
     check: Optional[Callable[[bool], None]] = None
+    node_count: bool = False
+    own_features: bool = False
 
 
 _GNN = "gcn/sage/gat (PyG layers, full batch only)"
@@ -60,7 +66,7 @@ _BLOCKS = ("resnet, res-gcn, res-sage, res-gat, res-gat-sep, res-gt, res-gt-sep 
 BLOCK_ENCODERS = ("resnet", "res-gcn", "res-sage", "res-gat", "res-gat-sep", "res-gt", "res-gt-sep")
 SPECS: Tuple[EncoderSpec, ...] = (
     EncoderSpec("mlp", "mlp:build", "mlp (the paper's, own features only)", mini_batch=True,
-                precisions=("fp32", "bf16")),
+                precisions=("fp32", "bf16"), own_features=True),
     EncoderSpec("sign", "sign:build", "sign (precomputed neighbourhood features [x, Ax, A^2x])", SignOptions,
                 "sign", separate=True, accepts=frozenset({"hops", "separate"}), mini_batch=True),
     EncoderSpec("gcn", "gnn:build_gcn", _GNN, GNNOptions, "gnn", separate=True, accepts=_GNN_ACCEPTS),
@@ -74,7 +80,7 @@ SPECS: Tuple[EncoderSpec, ...] = (
     EncoderSpec("dagnn", "dagnn:build", "dagnn (an MLP's outputs propagated 10 hops with learned retention; full "
                 "batch)", accepts=frozenset({"K"})),
     EncoderSpec("linkx", "linkx:build", "linkx (a node's features and adjacency row mapped apart; full batch, tied "
-                "to the training graph)", accepts=frozenset({"num_nodes"})),
+                "to the training graph)", accepts=frozenset({"num_nodes"}), node_count=True),
 )
 _BY_NAME: Dict[str, EncoderSpec] = {s.name: s for s in SPECS}
 ENCODERS: Tuple[str, ...] = tuple(_BY_NAME)
@@ -107,9 +113,8 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
     ``separate`` for ``sign``; ``num_layers``, ``residual``, ``layer_norm``, ``separate`` and
     ``heads`` for the GNNs; ``K`` for ``dagnn``; ``num_nodes`` for ``linkx``. ``num_hidden`` is the
     MLP's, SIGN's and LINKX's depth (DAGNN's MLP has one hidden layer, as in its paper)."""
+    check_precision(potential, precision)
     entry = spec(potential)
-    if precision not in (entry.precisions if entry else ("fp32",)):
-        raise GBPNError(f"--precision {precision} is implemented for the mlp potential only")
     if entry is None:
         raise GBPNError(f"unknown potential {potential!r}; choose one of {', '.join(ENCODERS)} or auto")
     if options and not entry.accepts:
@@ -120,6 +125,31 @@ def build_encoder(potential: str, in_channels: int, num_classes: int, hidden_cha
     module, function = entry.build.split(":")
     build = getattr(importlib.import_module(f"{__package__}.{module}"), function)
     return build(in_channels, num_classes, hidden_channels, num_hidden, dropout, precision, **options)
+
+
+def check_precision(potential: str, precision: str) -> None:
+    """Refuse a ``precision`` the ``potential`` encoder does not implement (``auto``: float32 only)."""
+    entry = spec(potential)
+    if precision not in (entry.precisions if entry else ("fp32",)):
+        users = [s.name for s in SPECS if precision in s.precisions] or ["mlp"]
+        raise GBPNError(f"--precision {precision} is implemented for the {', '.join(users)} potential only")
+
+
+def graph_options(potential: str, num_nodes: Optional[int]) -> Dict:
+    """The ``build_encoder`` options of ``potential`` that come from the graph, not the config: ``num_nodes`` for an
+    encoder with a weight per node (:attr:`EncoderSpec.node_count`)."""
+    entry = spec(potential)
+    if entry is None or not entry.node_count:
+        return {}
+    if num_nodes is None:
+        raise GBPNError(f"the {potential} potential needs the graph's number of nodes")
+    return {"num_nodes": num_nodes}
+
+
+def reads_own_features(potential: str) -> bool:
+    """Whether a node's ``potential`` reads that node's features alone (:attr:`EncoderSpec.own_features`)."""
+    entry = spec(potential)
+    return entry is not None and entry.own_features
 
 
 def _groups() -> Dict[str, type]:
