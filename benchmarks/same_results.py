@@ -12,10 +12,11 @@ made meanwhile do not mix in). The cases (few epochs, K = 5, ``--save-trials``):
   tree's own prediction from it).
 
 Compared bit for bit, case by case: every number and string of ``metrics.json``, every column of
-every CSV (predictions, history), every tensor and value of every ``.pt`` file (``model.pt``,
-``checkpoints/``) and every array of ``splits/*.npz``. Keys and CSV columns named like timings or
-versions (``SKIP``), and keys holding a path (``PATH``), are skipped (the report lists those met);
-``config.json`` is not compared (its layout may change).
+every CSV (predictions, history), every tensor of every ``.pt`` file (``model.pt``, ``checkpoints/``)
+and every array of ``splits/*.npz``. Keys and CSV columns named like timings or versions (``SKIP``),
+and keys holding a path (``PATH``), are skipped (the report lists those met). Where the layout may
+change, nothing is counted: ``config.json`` is not compared, and differences in the other values of a
+``.pt`` file (``model_args``, ...) are reported as notes.
 
     python benchmarks/same_results.py --old /tmp/base/src --new src --out runs/proof             # both, compare
     python benchmarks/same_results.py --old /tmp/base/src --new src --out runs/proof --only old  # record old
@@ -47,6 +48,7 @@ from pathlib import Path
 SKIP = re.compile(r"(seconds|secs|_time|^time|times|duration|elapsed|timestamp|date|versions?|hostname|pid)$", re.I)
 PATH = re.compile(r"(path|_dir|^split|^checkpoint|^predictions)$", re.I)  # skipped where they hold a string
 SKIPPED: set = set()
+NOTES: list = []  # differences outside the tensors of .pt files: reported, not counted
 COMPAT = {"compat-predict-cora-mlp-gbpn": "predict-cora-mlp-gbpn"}  # compared with the old side's ref
 
 
@@ -162,8 +164,16 @@ def same(a, b, where: str) -> int:
     return int(isinstance(a, (int, float)))
 
 
-def compare_tree(a, b, where: str) -> int:
+def compare_tree(a, b, where: str, tensors_only: bool = False) -> int:
+    """Every leaf (``tensors_only``: every tensor; the other leaves' differences go to ``NOTES``) bit for bit."""
     la, lb = dict(leaves(a)), dict(leaves(b))
+    if tensors_only:
+        import torch
+
+        other = sorted(k for k in la.keys() | lb.keys() if not isinstance(la.get(k, lb.get(k)), torch.Tensor)
+                       and (k not in la or k not in lb or repr(la[k]) != repr(lb[k])))
+        NOTES.extend(f"{where}{k}: {la.get(k, '(none)')!r} vs {lb.get(k, '(none)')!r}" for k in other)
+        la, lb = ({k: v for k, v in d.items() if isinstance(v, torch.Tensor)} for d in (la, lb))
     if la.keys() != lb.keys():
         raise Diff(f"{where}: keys only in old {sorted(la.keys() - lb.keys())[:3]}, "
                    f"only in new {sorted(lb.keys() - la.keys())[:3]}")
@@ -194,7 +204,7 @@ def compare_case(old: Path, new: Path) -> int:
     fa, fb = files(old), files(new)
     if fa != fb or not fa:
         raise Diff(f"files only in old {sorted(fa - fb)[:3]}, only in new {sorted(fb - fa)[:3]}")
-    return sum(compare_tree(load(old / f), load(new / f), f"{f}:") for f in sorted(fa))
+    return sum(compare_tree(load(old / f), load(new / f), f"{f}:", f.endswith(".pt")) for f in sorted(fa))
 
 
 def compare(out: Path, data_dir: str, pattern: re.Pattern | None) -> int:
@@ -214,6 +224,8 @@ def compare(out: Path, data_dir: str, pattern: re.Pattern | None) -> int:
         except Diff as d:
             n, diff, bad = "-", str(d).replace("|", "/"), bad + 1
         print(f"| {name} | {n} | {'NO' if diff else 'yes'} | {diff} |", flush=True)
+    for note in NOTES[:10]:
+        print(f"note (not counted): {note}")
     print(f"\nskipped keys/columns: {', '.join(sorted(SKIPPED)) or 'none'}\n"
           + ("every case equal" if not bad else f"{bad} cases differ or failed"))
     return int(bad > 0)
