@@ -241,7 +241,9 @@ class CPUBinary(Capability):
         return why
 
     def reasons(self, p: BPProblem) -> List[str]:
-        why = self.shape_reasons(p) + numba_reasons(p)
+        """Every shape condition it fails; where the shape fits, the conditions of the compiled
+        kernels (:func:`~gbpn.bp.backends.cpu_fused.numba_reasons`, which the next entry lists anyway)."""
+        why = self.shape_reasons(p) or numba_reasons(p)
         if not why and not pairable(p):
             why.append("some edge is its own reverse: no paired layout")
         if not why:
