@@ -12,7 +12,7 @@ from gbpn.errors import GBPNError
 from gbpn.experiments.motifs import EXACT_MODELS, exact_bp, triangle_fit, triangle_variant
 from gbpn.experiments.tuned import TUNED_MODELS, run_tuned
 from gbpn.models.encoders.registry import BLOCK_ENCODERS
-from gbpn.train.auto import auto_candidates, candidate_name, candidate_record, select_candidate
+from gbpn.train.auto import auto_candidates, candidate_columns, candidate_name, candidate_record, select_candidate
 from gbpn.train.config import TrainConfig
 from gbpn.train.fit import fit
 
@@ -62,11 +62,9 @@ def run_one(model: str, data, masks, seed: int, epochs: int, batch_size: Optiona
     if config is not None:
         res = fit(data, config, seed=seed, masks=masks)
         metrics = {**res.metrics, **triangle_fit(res.model, data)}
-        # flatten the candidates of --potential auto into numeric columns (the choice stays a name)
+        # the candidates of --potential auto as numeric columns (the choice stays a name)
         for cand in metrics.pop("auto_candidates", []):
-            for k, v in cand.items():
-                if k != "potential":
-                    metrics[f"{cand['potential']}__{k}"] = v
+            metrics.update(candidate_columns(cand))
         return (metrics, res) if keep else metrics
     if model in BASELINE_MODELS:
         from gbpn.baselines import fit_baseline
@@ -100,7 +98,7 @@ def compose_auto(members: List[Tuple[str, str]], rows: List[Dict], metric: str) 
     metrics = {k: v for k, v in rows[pick].items() if k not in skip}
     metrics["potential"] = members[pick][1]
     for (_, name), r in zip(members, rows):
-        metrics.update({f"{name}__{k}": v for k, v in candidate_record(name, r, metric).items() if k != "potential"})
+        metrics.update(candidate_columns(candidate_record(name, r, metric)))
     if all("seconds" in r for r in rows):
         metrics["seconds"] = sum(r["seconds"] for r in rows)
     return metrics

@@ -299,12 +299,12 @@ class _TrialRun:
             s = self.run_config["seed"] + trial
             masks, split = trial_split(data, trial, s, config.train_frac, config.val_frac)
             # an auto trial's finished candidates (or search rungs) are kept until the trial is: a rerun resumes there
-            # (one process only: data-parallel ranks must train the same units)
+            # (fit decides what auto trains and keeps; one process only: data-parallel ranks must train the same units)
             units = self.out / "units" / f"trial_{trial}"
             desc = f"{data.name} trial {trial}"
             with tensorboard_log(tensorboard if self.rank == 0 else None, trial, desc):
                 res = fit(data, config, seed=s, masks=masks, progress=progress, desc=desc,
-                          units=units if self.world == 1 and config.potential == "auto" else None)
+                          units=units if self.world == 1 else None)
             if self.rank != 0:  # every rank trains; rank 0 writes
                 continue
             row = self._record(trial, s, split, res, save_trials, best_val)

@@ -63,6 +63,11 @@ def candidate_record(name: str, metrics: Dict, metric: str) -> Dict:
     return {"potential": name, **{k: metrics[k] for k in keys}}
 
 
+def candidate_columns(record: Dict) -> Dict:
+    """A :func:`candidate_record` as flat columns of a results row: ``<candidate>__<score>``."""
+    return {f"{record['potential']}__{k}": v for k, v in record.items() if k != "potential"}
+
+
 def search_space(config: TrainConfig) -> Dict[str, list]:
     """The space ``--budget`` searches: ``config.search_space``, or :data:`~gbpn.train.search.GBPN_SPACE`;
     with mini-batch training, only the encoders that train on sampled trees."""
