@@ -264,13 +264,15 @@ def test_budgeted_auto_and_tuned_baselines_draw_anchors_at_the_fastest_learning_
         tuned.fit_tuned("gcn", data, masks, epochs=12)
     gbpn_configs, gcn_configs = seen
     # exhaustive auto's encoders, then the published configurations, all at the fastest learning rate
-    assert [c["potential"] for c in gbpn_configs[:8]] == ["mlp", "sign", "sage", "gcn", "dagnn", "linkx", "res-sage",
-                                                           "classic-gcn"]
-    assert all(c["lr"] == 1e-2 for c in gbpn_configs[:8]) and {c["lr"] for c in gcn_configs[:2]} == {1e-2}
+    assert [c["potential"] for c in gbpn_configs[:9]] == ["mlp", "sign", "sage", "gcn", "dagnn", "linkx", "mlp",
+                                                           "res-sage", "classic-gcn"]
+    assert all(c["lr"] == 1e-2 for c in gbpn_configs[:9]) and {c["lr"] for c in gcn_configs[:2]} == {1e-2}
+    # the MLP potential once more with a fast coupling, the run's own otherwise
+    assert gbpn_configs[6] == {**gbpn_configs[0], "coupling_lr": 0.1}
     # the published configurations train on the plain cross-entropy; exhaustive auto's keep the run's weighting
-    assert gbpn_configs[6] == {**gbpn_configs[6], "potential_blocks": 3, "hidden": 512, "dropout": 0.2,
+    assert gbpn_configs[7] == {**gbpn_configs[7], "potential_blocks": 3, "hidden": 512, "dropout": 0.2,
                                "degree_weight": False}
-    assert gbpn_configs[7] == {**gbpn_configs[7], "potential_layers": 4, "residual": True, "batch_norm": True,
+    assert gbpn_configs[8] == {**gbpn_configs[8], "potential_layers": 4, "residual": True, "batch_norm": True,
                                "hidden": 256, "dropout": 0.7, "degree_weight": False}
     assert all(c["degree_weight"] for c in gbpn_configs[:6])
     assert gcn_configs[1] == {**gcn_configs[1], "num_layers": 4, "residual": True, "batch_norm": True}

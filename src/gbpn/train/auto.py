@@ -12,7 +12,7 @@ from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import OPTIONS, TrainConfig, check_space
 from gbpn.train.cost import counted
-from gbpn.train.search import (GBPN_SPACE, PUBLISHED_ANCHORS, applies, at_fastest_lr,
+from gbpn.train.search import (GBPN_SPACE, SEARCH_ANCHORS, applies, at_fastest_lr,
                                max_configurations, plan, sample, successive_halving)
 from gbpn.train.session import TrialResult
 from gbpn.train.units import Units
@@ -118,7 +118,7 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
     schedule = plan(config.epochs, config.budget, config.patience)
     anchors = [at_fastest_lr(_params(c, space), space) for c in auto_candidates(config)
                if c.potential in space["potential"]]
-    anchors += [at_fastest_lr(_published(config, a, space), space) for a in PUBLISHED_ANCHORS
+    anchors += [at_fastest_lr(_anchor(config, a, space), space) for a in SEARCH_ANCHORS
                 if a["potential"] in space["potential"]]
     configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                      reads=lambda name, params: applies(name, params.get("potential", "mlp"), params))
@@ -153,8 +153,8 @@ def _params(config: TrainConfig, space: Dict[str, list]) -> Dict:
     return {name: getattr(config, name) for name in space if applies(name, config.potential)}
 
 
-def _published(config: TrainConfig, anchor: Dict, space: Dict[str, list]) -> Dict:
-    """A published configuration (:data:`~gbpn.train.search.PUBLISHED_ANCHORS`) as a search configuration:
+def _anchor(config: TrainConfig, anchor: Dict, space: Dict[str, list]) -> Dict:
+    """An anchor (:data:`~gbpn.train.search.SEARCH_ANCHORS`) as a search configuration:
     ``config``'s values of the other options ``space`` holds, those its encoder reads."""
     params = {**_params(replace(config, potential=anchor["potential"]), space), **anchor}
     return {k: v for k, v in params.items() if k in space and applies(k, anchor["potential"], params)}
