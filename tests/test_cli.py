@@ -470,7 +470,7 @@ def test_train_implicit_records_convergence(tmp_path, capsys):
     trial = json.loads((tmp_path / "imp" / "metrics.json").read_text())["trials"][0]
     assert 0 <= trial["implicit_forward_converged_frac"] <= 1 and trial["implicit_forward_steps_mean"] <= 40
     ckpt = torch.load(tmp_path / "imp" / "model.pt", weights_only=False)
-    assert ckpt["model_args"]["backward"] == "implicit" and ckpt["model_args"]["num_steps"] == 40
+    assert ckpt["model_args"]["backward"] == "implicit" and ckpt["model_args"]["max_steps"] == 40
     code, _, err = run(["train", "--dataset", "synth-ising+", "--backward", "implicit", "--tol", "0",
                         "--output", str(tmp_path / "bad")], capsys)
     last = err.splitlines()[-1]

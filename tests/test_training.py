@@ -189,7 +189,8 @@ def test_implicit_training_learns_with_clamps_warmup_and_trees(batch_size, sampl
     assert 1 < m["implicit_forward_steps_mean"] < 60
     if batch_size:  # a tree of depth 2 (diameter 4) is exact after 4 steps; the 5th sees no change
         assert m["implicit_forward_steps_mean"] <= 5
-    assert res.model.bp.num_steps == 60 and res.model.bp.tol == 1e-4  # inference runs to convergence too
+    assert res.model.bp.max_steps == 60 and res.model.bp.steps_of() == 60 and res.model.bp.tol == 1e-4  # inference
+    # runs to convergence too, within implicit mode's own bound
 
 
 def test_implicit_config_is_validated():
