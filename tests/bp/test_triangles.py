@@ -1,6 +1,7 @@
 """Triangle factors: enumeration (gbpn.graph.triangles), the factor (gbpn.bp.triangle_factor) and BP on
 the factor graph of unary, pairwise and triangle factors (gbpn.bp.motifs)."""
 import itertools
+import math
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from gbpn.bp.motifs import (
     triangle_message_cp,
     triangle_message_full,
 )
-from gbpn.bp.triangle_factor import TriangleFactor, cp_from_potts, default_form
+from gbpn.bp.triangle_factor import TriangleFactor, default_form
 from gbpn.graph.triangles import (
     cap_triangles,
     count_triangles,
@@ -25,6 +26,21 @@ from gbpn.graph.triangles import (
 )
 
 D = torch.float64
+
+
+def cp_from_potts(num_classes: int, strength: float, floor: float = 1e-8) -> torch.Tensor:
+    r"""Exact CP factors ``[c + 1, c]`` of the triangle Potts potential
+    :math:`T_{abc} = \exp(s\,[a = b = c])`: rank 1 of all ones (the 1 everywhere) plus, per class
+    :math:`a`, :math:`u_a = (e^s - 1)^{1/3} e_a` (adds :math:`e^s - 1` on the diagonal); :math:`s > 0`.
+    A reference for the CP form (a test helper). The zeros are floored at ``floor`` (the
+    factors must be positive), which moves :math:`T` by a relative :math:`O(\text{floor})`.
+    """
+    if strength <= 0:
+        raise ValueError("the CP form's factors are positive: the Potts triangle needs strength > 0")
+    u = torch.full((num_classes + 1, num_classes), floor, dtype=torch.float64)
+    u[0] = 1.0
+    u[1:] += torch.eye(num_classes, dtype=torch.float64) * math.expm1(strength) ** (1.0 / 3.0)
+    return u
 
 
 def _dense_triangles(edge_index, n):

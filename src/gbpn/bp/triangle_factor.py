@@ -2,7 +2,6 @@ r"""The triangle (motif) potential shared by every triangle of the graph, in two
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Optional
 
 import torch
@@ -157,17 +156,3 @@ class TriangleFactor(nn.Module):
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.extra_repr()})"
 
-
-def cp_from_potts(num_classes: int, strength: float, floor: float = 1e-8) -> Tensor:
-    r"""Exact CP factors ``[c + 1, c]`` of the triangle Potts potential
-    :math:`T_{abc} = \exp(s\,[a = b = c])`: rank 1 of all ones (the 1 everywhere) plus, per class
-    :math:`a`, :math:`u_a = (e^s - 1)^{1/3} e_a` (adds :math:`e^s - 1` on the diagonal); :math:`s > 0`.
-    A starting point or a reference for the CP form. The zeros are floored at ``floor`` (the
-    factors must be positive), which moves :math:`T` by a relative :math:`O(\text{floor})`.
-    """
-    if strength <= 0:
-        raise ValueError("the CP form's factors are positive: the Potts triangle needs strength > 0")
-    u = torch.full((num_classes + 1, num_classes), floor, dtype=torch.float64)
-    u[0] = 1.0
-    u[1:] += torch.eye(num_classes, dtype=torch.float64) * math.expm1(strength) ** (1.0 / 3.0)
-    return u
