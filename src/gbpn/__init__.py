@@ -6,8 +6,7 @@ Coupling`` (and :func:`clear_graph_caches`); the data functions from :mod:`gbpn.
 """
 import importlib as _importlib
 
-__version__ = "0.1.0"
-
+from gbpn._version import __version__
 from gbpn.errors import DatasetNotFoundError, GBPNError
 
 __all__ = ["GBPN", "MLP", "BeliefPropagation", "Coupling", "GBPNError", "DatasetNotFoundError", "clear_graph_caches",
