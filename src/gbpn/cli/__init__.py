@@ -20,16 +20,16 @@ import time
 import warnings
 from typing import List, Optional
 
-import gbpn
+from gbpn._version import __version__
 from gbpn.cli import analyze, benchmark, coupling, explain, plot, predict, sample_mrf, threads, train
-from gbpn.cli.options import Parser, command_parser, common, flags, typed_options
+from gbpn.cli.options import Parser, command_parser, common, flags
 from gbpn.cli.output import one_line
 from gbpn.cli.predict import rank_output as _rank_output  # noqa: F401  (tests import it from here)
 from gbpn.errors import GBPNError
 from gbpn.lazy import defer_import
 from gbpn.train.config import MAX_COUNT, MAX_SEED
 
-__all__ = ["COMMANDS", "build_parser", "main", "typed_options"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 logger = logging.getLogger("gbpn")
 
 # command -> its module, in the order of `gbpn --help`
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="Progress: bars on a terminal; in a file or a pipe, a line per finished "
                                             "trial, run or study point with the time elapsed and left. Messages go to "
                                             "stderr through logging, results to stdout.")
-    parser.add_argument("--version", action="version", version=f"gbpn {gbpn.__version__}")
+    parser.add_argument("--version", action="version", version=f"gbpn {__version__}")
     parents = [common()]
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS.values():
@@ -244,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.verbose:  # PyTorch loads here only when asked: a command's own checks answer before it does
             import torch
 
-            logger.debug(f"gbpn {gbpn.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+            logger.debug(f"gbpn {__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
                          f"{vars(args)}")
         try:
             return COMMANDS[args.command].run(args)

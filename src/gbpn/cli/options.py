@@ -174,6 +174,8 @@ def flags(parser: argparse.ArgumentParser) -> Dict[str, str]:
 
 @functools.lru_cache(maxsize=8)
 def _typed(argv: tuple) -> frozenset:
+    """The argparse dests of the options written on the command line ``argv``, whatever their values
+    (one typed with its default value included): the command parsed with every default suppressed."""
     from gbpn.cli import build_parser
 
     parser = build_parser()
@@ -189,12 +191,6 @@ def _flags(command: tuple) -> dict:
     from gbpn.cli import build_parser
 
     return flags(command_parser(build_parser(), command))
-
-
-def typed_options(argv: List[str]) -> set:
-    """The argparse dests of the options written on the command line ``argv``, whatever their values
-    (one typed with its default value included): the command parsed with every default suppressed."""
-    return set(_typed(tuple(argv)))
 
 
 def given(args: argparse.Namespace, command: List[str], names: Iterable[str]) -> Dict[str, str]:

@@ -30,7 +30,6 @@ from gbpn.data.datasets import check_dataset_name, dataset_name, load_dataset
 from gbpn.data.splits import node_splits, split_from_record, trial_split
 from gbpn.errors import DatasetNotFoundError, GBPNError
 from gbpn.experiments.grid_models import LARGE_MODELS, auto_members, check_model, compose_auto, run_one
-from gbpn.experiments.grid_models import gbpn_config  # noqa: F401  (tests and benchmarks/ import it from here)
 from gbpn.experiments.lock import holder, is_held, release, try_lock
 from gbpn.experiments.runner import data_source, save_trial_outputs, trial_meta
 from gbpn.experiments.tables import read_rows, score_note, write_results

@@ -52,7 +52,7 @@ def attach_reverse_index(data: Data, rev: torch.Tensor) -> Data:
 
 class AddReverseIndex(BaseTransform):
     r"""Attach ``data.rev_index`` (the position of every edge's reverse) once, so repeated
-    forwards of :class:`~gbpn.nn.BeliefPropagation` / :class:`~gbpn.GBPN` skip the sort that
+    forwards of :class:`~gbpn.BeliefPropagation` / :class:`~gbpn.GBPN` skip the sort that
     finds it.
 
     With ``paired=True`` (default) the edges are also reordered into the *paired layout* of

@@ -33,7 +33,7 @@ def _check_size(path: Path, payload: Dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path) -> Tuple[torch.nn.Module, Dict[str, Any]]:
-    """Rebuild a :class:`~gbpn.nn.GBPN` from :func:`save_checkpoint`'s file; clear errors if it is not one."""
+    """Rebuild a :class:`~gbpn.GBPN` from :func:`save_checkpoint`'s file; clear errors if it is not one."""
     path = Path(path)
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.pt"))
