@@ -91,7 +91,7 @@ def test_readme_and_usage_lines_run_as_written_in_order(data_dir, tmp_path, monk
         code = main(_capped(argv))
         err = capsys.readouterr().err
         assert code == 0, f"{source} line failed: {line}\n{err}"
-    assert (tmp_path / "runs" / "cora" / "cora_probs.csv").is_file()
+    assert (tmp_path / "runs" / "cora" / "predictions.csv").is_file()  # where `gbpn plot runs/cora` reads it
     assert (tmp_path / "runs" / "cora" / "coupling.png").is_file()
     assert (tmp_path / "runs" / "my-mrf-gbpn-seed0" / "predictions.csv").is_file()
 
