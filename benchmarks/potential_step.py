@@ -30,7 +30,7 @@ ENCODERS = ["mlp", "sign", "sign-mixed", "sage", "gcn-mixed", "gat", "dagnn", "l
 def measure(graph: str, encoder: str, steps: int, warmup: int, data_dir: str | None, bp_steps: int) -> dict:
     import torch
 
-    from gbpn.experiments.benchmark import gbpn_config
+    from gbpn.experiments.grid_models import gbpn_config
     from gbpn.data import load_dataset, random_split
     from gbpn.data.generators import planted_partition_graph
     from gbpn import GBPN

@@ -26,7 +26,7 @@ def run_tuned(model: str, data, masks, seed: int, epochs: int, budget: float, pa
     """Search and train one ``:tuned`` row (:data:`TUNED_MODELS`) on one split; its metrics, the chosen
     options as ``tuned__<option>`` columns (GBPN's encoder as ``potential``). ``dropout`` fixes the dropout
     instead of searching it; ``units`` keeps finished rungs (a rerun resumes there); ``device`` is where it trains. With ``keep``,
-    ``(metrics, kept)`` as :func:`~gbpn.experiments.benchmark.run_one`."""
+    ``(metrics, kept)`` as :func:`~gbpn.experiments.grid_models.run_one`."""
     base = model.removesuffix(SUFFIX)
     if base in ("gbpn", "gbpn-i"):
         config = TrainConfig(variant=base, potential="auto", budget=budget, epochs=epochs, patience=patience,

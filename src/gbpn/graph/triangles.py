@@ -173,20 +173,6 @@ def cap_triangles(
     return triangles[:, kept == 3]
 
 
-def count_triangles(edge_index: Tensor, num_nodes: Optional[int] = None) -> int:
-    """The number of triangles of the undirected graph (no cap)."""
-    return enumerate_triangles(edge_index, num_nodes).size(1)
-
-
-def triangles_per_node(triangles: Tensor, num_nodes: int) -> Tensor:
-    """How many of ``triangles`` each node lies in.
-
-    Shapes:
-        triangles: ``[3, T]`` -> ``[N]``
-    """
-    return torch.bincount(triangles.reshape(-1).long(), minlength=num_nodes)
-
-
 def _edge_lookup(edge_index: Tensor, num_nodes: int):
     """A function ``(a, b) -> position of the edge a -> b in edge_index, or -1``."""
     key = edge_index[0].long() * num_nodes + edge_index[1].long()
