@@ -539,7 +539,7 @@ def test_analyses_record_their_options_versions_and_results(trained, tmp_path, c
     assert main(["analyze", "convergence", "--checkpoint", ckpt, "--steps", "3", "--no-layout", "-q",
                  "--output", str(tmp_path / "c")]) == 0
     rec = json.loads((tmp_path / "c" / "convergence.json").read_text())
-    assert rec["args"]["steps"] == 3 and "torch" in rec["versions"] and rec["evidence"] == "train"
+    assert rec["args"]["num_steps"] == 3 and "torch" in rec["versions"] and rec["evidence"] == "train"
     assert len(rec["per_step"]["test_accuracy"]) == 4 and rec["per_step"]["step_change_max"][0] is None
     assert main(["analyze", "degree", "--checkpoint", ckpt, "-q", "--output", str(tmp_path / "d")]) == 0
     rec = json.loads((tmp_path / "d" / "degree.json").read_text())

@@ -475,7 +475,7 @@ def test_a_convergence_study_beyond_any_use_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as ex:
         main(["analyze", "convergence", "--checkpoint", str(tmp_path / "m.pt"), "--steps", "100000000", "--output",
               str(tmp_path / "c")])
-    assert ex.value.code == 2 and "argument --steps: must be at most 10000" in capsys.readouterr().err
+    assert ex.value.code == 2 and "argument --steps/-K: must be at most 10000" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
