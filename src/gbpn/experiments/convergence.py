@@ -35,12 +35,12 @@ def belief_steps(model: GBPN, data: Data, known_mask: Optional[Tensor], num_step
     x = prepare_features(data.x, dtype=feature_dtype(model))  # a float64 model reads float64 features
     if getattr(model, "motifs", "none") != "none":
         return [predict(model, data, known_mask, num_steps=t, x=x) for t in range(num_steps + 1)]
-    log_b = predict(model, data, known_mask, num_steps=0, x=x)  # t = 0, as predict prepares the graph
-    graph = clean_graph(data) if "rev_index" not in data else data
-    log_self = model.self_potential(x, graph.edge_index)
+    model.eval()
+    graph = clean_graph(data) if "rev_index" not in data else data  # as predict prepares it
+    log_self = model.self_potential(x, graph.edge_index)  # once: every step starts from it
     options = dict(edge_weight=getattr(graph, "edge_weight", None), rev_index=getattr(graph, "rev_index", None),
                    known_labels=graph.y if known_mask is not None else None, known_mask=known_mask)
-    steps, messages = [log_b], None
+    steps, messages = [model.bp(log_self, graph.edge_index, num_steps=0, **options)], None
     for _ in range(num_steps):
         log_b, res, messages = model.bp(log_self, graph.edge_index, num_steps=1, messages=messages,
                                         return_residuals=True, return_messages=True, **options)
