@@ -44,6 +44,40 @@ def test_short_training_beats_chance_and_clamps_training_labels():
     assert res.model.H[0, 0] > res.model.H[0, 1]  # homophily is learned on Ising+
 
 
+@pytest.mark.parametrize("batch_size", [None, 128])
+def test_gbpns_training_score_is_the_unclamped_halfs_not_evaluations(batch_size):
+    """Evaluation clamps every training label (a score of 1 by construction); the history's training score comes
+    from the nodes each step left unclamped, so an untrained model's is near chance."""
+    data = load_dataset("synth-ising+")
+    cfg = TrainConfig(epochs=2, hidden=16, batch_size=batch_size, num_steps=2, fanout=3)
+    res = fit(data, cfg, seed=0)
+    clamped = predict(res.model, data, known_mask=res.masks[0])
+    assert torch.equal(clamped[res.masks[0]].argmax(1), data.y[res.masks[0]])  # what evaluation sees
+    first = res.history[0]["train_accuracy"]
+    assert 0.2 < first < 0.95
+    assert res.metrics["train_accuracy"] == res.history[res.metrics["best_epoch"]]["train_accuracy"]
+
+
+def test_the_selection_scores_training_on_the_recorded_step_rows():
+    from gbpn.train.loop import Selection, StepScores
+
+    y = torch.tensor([0, 1, 0, 1])
+    masks = (torch.tensor([True, True, False, False]), torch.tensor([False, False, True, True]),
+             torch.tensor([False, False, True, True]))
+    perfect = torch.nn.functional.one_hot(y, 2).float().log_softmax(1)
+    steps = StepScores()
+
+    def train_epoch(epoch):  # the step saw node 1 and called it class 0: training accuracy 0
+        steps.record(torch.tensor([[0.0, -5.0]]), torch.tensor([1]))
+        return 1.0
+
+    sel = Selection(torch.nn.Linear(1, 1), train_epoch, lambda e: perfect, y, masks, 2, step_scores=steps)
+    metrics, _, history = sel.advance(2).result()
+    assert [r["train_accuracy"] for r in history] == [0.0, 0.0] and metrics["val_accuracy"] == 1.0
+    plain = Selection(torch.nn.Linear(1, 1), lambda e: 1.0, lambda e: perfect, y, masks, 1).advance(1).result()
+    assert plain[2][0]["train_accuracy"] == 1.0  # without rows, evaluation's own
+
+
 def test_inductive_training_uses_no_labels_at_inference():
     data = load_dataset("synth-ising+")
     res = fit(data, TrainConfig(variant="gbpn-i", epochs=5, hidden=16), seed=0)

@@ -120,6 +120,19 @@ def test_runs_locked_by_a_live_worker_are_skipped_and_a_dead_workers_taken_over(
     assert (rows / "synth-ising+__mlp__0.json").exists() and not list(rows.glob("*.lock"))
 
 
+def test_an_interrupted_run_leaves_neither_row_nor_lock(tmp_path, monkeypatch):
+    from gbpn.experiments import benchmark
+
+    def stopped(*args, **kwargs):  # Ctrl-C, or the SIGTERM the CLI turns into one, in the middle of a run
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(benchmark._Cells, "_row", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(Grid(["mlp"], ["synth-ising+"], trials=1, output=tmp_path, epochs=2), progress=False,
+                 log=lambda m: None)
+    assert not list((tmp_path / "rows").glob("*.json")) and not list((tmp_path / "rows").glob("*.lock*"))
+
+
 def test_patience_is_part_of_the_grid_and_stops_runs_early(tmp_path):
     run_grid(Grid(["gcn"], ["synth-ising+"], trials=1, output=tmp_path, epochs=400, patience=3),
              progress=False, log=lambda m: None)

@@ -278,8 +278,8 @@ class _Cells:
                 return True
             write_json(name.with_suffix(".json"), self._row(data, d, m, t))
             shutil.rmtree(self.out / "units" / name.name, ignore_errors=True)
-        finally:  # a finished run's lock file goes: whoever locks it next sees the row above
-            release(lock, remove=name.with_suffix(".json").is_file())
+        finally:  # no lock file left behind, finished or interrupted: whoever locks the path next sees the row
+            release(lock, remove=True)
         return True
 
     def _row(self, data, d: str, m: str, t: int) -> Dict:

@@ -3,10 +3,10 @@
 A lock is a file, ``<name>.lock``, that one process holds open and locked; the kernel drops the lock
 when that process ends, however it ends (an error, Ctrl-C, ``kill -9``), so a lock is never left
 stale. Beside it, ``<name>.lock.holder`` says who holds it (pid, host, start time, command) for the
-error another process gets; it is removed on release. A finished run removes the ``.lock`` file too
-(:func:`release`): a process that was waiting on the removed file, and so holds a lock no one else can
-see, finds on acquiring that the path no longer names its file and locks it anew (:func:`try_lock`),
-so two processes never hold "the same" lock.
+error another process gets; it is removed on release. A run that ends, finished or interrupted, removes
+the ``.lock`` file too (:func:`release`): a process that was waiting on the removed file, and so holds a
+lock no one else can see, finds on acquiring that the path no longer names its file and locks it anew
+(:func:`try_lock`), so two processes never hold "the same" lock.
 """
 from __future__ import annotations
 

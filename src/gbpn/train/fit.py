@@ -25,7 +25,7 @@ from gbpn.models.encoders.registry import graph_options
 from gbpn.models.gbpn import GBPN
 from gbpn.train.auto import candidate_name, fit_auto
 from gbpn.train.config import TrainConfig, default_dropout, resolve_device
-from gbpn.train.loop import Selection, optimizer_step
+from gbpn.train.loop import Selection, StepScores, optimizer_step
 from gbpn.train.session import Session, TrialResult
 from gbpn.train.metrics import check_metric, default_metric, f1_with_val_threshold
 from gbpn.train.minibatch import check_data_parallel, data_parallel_epochs, tree_epochs
@@ -195,8 +195,10 @@ def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, T
     model.to(device)
     g = _on_device(model, data, masks, config, device, desc)
     warmup_epochs = int(round(config.warmup * config.epochs))
-    train_loss, evaluate = _objective(model, g, config, gen, warmup_epochs)
-    train_epoch, sampler = _epochs(model, opt, g, config, gen, seed, warmup_epochs, train_loss)
+    # GBPN's evaluation clamps the training labels: its training score comes from the steps' unclamped half
+    step_scores = StepScores() if config.variant == "gbpn" else None
+    train_loss, evaluate = _objective(model, g, config, gen, warmup_epochs, step_scores)
+    train_epoch, sampler = _epochs(model, opt, g, config, gen, seed, warmup_epochs, train_loss, step_scores)
     if on_epoch is not None:
         inner = train_epoch
 
@@ -206,7 +208,7 @@ def start_one(data: Data, config: TrainConfig, seed: int, masks: Tuple[Tensor, T
             return loss
 
     selection = Selection(model, train_epoch, evaluate, g.data.y, g.masks, config.epochs, desc, config.patience,
-                          config.metric)
+                          config.metric, step_scores)
     return Session(selection, model, opt, lambda s: _finish(s, model, g, config, dropout), [gen],
                    cuda=device.type == "cuda")
 
@@ -274,11 +276,13 @@ def _on_device(model: GBPN, data: Data, masks, config: TrainConfig, device: torc
                   triangle_seconds)
 
 
-def _objective(model: GBPN, g: _Graph, config: TrainConfig, gen: torch.Generator, warmup_epochs: int):
+def _objective(model: GBPN, g: _Graph, config: TrainConfig, gen: torch.Generator, warmup_epochs: int,
+               step_scores: Optional[StepScores] = None):
     """``train_loss(epoch)`` of a full-batch step and ``evaluate(epoch)``'s log-beliefs (no BP during warm-up).
 
     GBPN (transductive) clamps a fresh random half of the training nodes (drawn from ``gen``) and takes the loss on
-    the other half, and evaluation clamps all of them; GBPN-I reads features only, the loss on every training node."""
+    the other half (its rows go to ``step_scores``), and evaluation clamps all of them; GBPN-I reads features only,
+    the loss on every training node."""
     transductive = config.variant == "gbpn"
     data, train_mask, train_idx, tri = g.data, g.masks[0], g.train_idx, g.triangles
     y, ei, rev, ew = data.y, data.edge_index, data.rev_index, getattr(data, "edge_weight", None)
@@ -294,6 +298,8 @@ def _objective(model: GBPN, g: _Graph, config: TrainConfig, gen: torch.Generator
         else:
             loss_idx = train_idx
             out = model(g.x, ei, ew, rev_index=rev, num_steps=steps, triangles=tri)
+        if step_scores is not None:
+            step_scores.record(out[loss_idx], loss_idx)
         return marginal_nll(out[loss_idx], y[loss_idx], None if g.alpha is None else g.alpha[loss_idx],
                             g.class_weight)
 
@@ -306,7 +312,7 @@ def _objective(model: GBPN, g: _Graph, config: TrainConfig, gen: torch.Generator
 
 
 def _epochs(model: GBPN, opt, g: _Graph, config: TrainConfig, gen: torch.Generator, seed: int, warmup_epochs: int,
-            train_loss: Callable[[int], Tensor]):
+            train_loss: Callable[[int], Tensor], step_scores: Optional[StepScores] = None):
     """``(train_epoch, sampler)``: a full-batch step of ``train_loss``, or an epoch over sampled trees (one process,
     or data-parallel under ``torchrun``); ``sampler`` is the Exp3 sampler or None."""
     if config.batch_size is None:
@@ -321,9 +327,9 @@ def _epochs(model: GBPN, opt, g: _Graph, config: TrainConfig, gen: torch.Generat
     transductive = config.variant == "gbpn"
     if rank_and_world()[1] == 1:
         return tree_epochs(model, opt, g.cpu_data, g.x, g.train_idx.cpu(), transductive, config, warmup_epochs, gen,
-                           g.class_weight, sampler), sampler
+                           g.class_weight, sampler, step_scores=step_scores), sampler
     return data_parallel_epochs(model, opt, g.cpu_data, g.x, g.train_idx.cpu(), transductive, config, warmup_epochs,
-                                seed, g.class_weight, g.device), sampler
+                                seed, g.class_weight, g.device, step_scores), sampler
 
 
 def _finish(selection: Selection, model: GBPN, g: _Graph, config: TrainConfig, dropout: float) -> TrialResult:

@@ -39,6 +39,25 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: Tensor) -> float:
     return float(loss.detach())
 
 
+class StepScores:
+    """The training steps' own log-beliefs on the nodes their loss read, gathered over an epoch's batches. GBPN's
+    evaluation clamps every training label, so a training score taken from it is 1 by construction; these rows
+    (the unclamped half, in training mode) give the one that says something."""
+
+    def __init__(self) -> None:
+        self.parts: List[Tuple[Tensor, Tensor]] = []
+
+    def record(self, log_belief: Tensor, index: Tensor) -> None:
+        self.parts.append((log_belief.detach(), index.to(log_belief.device)))
+
+    def take(self) -> Optional[Tuple[Tensor, Tensor]]:
+        """This epoch's ``(log_belief, index)`` rows (None when nothing was recorded), then forget them."""
+        parts, self.parts = self.parts, []
+        if not parts:
+            return None
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+
 def train_with_selection(
     model: torch.nn.Module,
     train_epoch: Callable[[int], float],
@@ -74,8 +93,9 @@ class Selection:
 
     def __init__(self, model: torch.nn.Module, train_epoch: Callable[[int], float], evaluate: Callable[[int], Tensor],
                  y: Tensor, masks: Tuple[Tensor, Tensor, Tensor], epochs: int, desc: str = "train",
-                 patience: Optional[int] = None, metric: str = "accuracy"):
+                 patience: Optional[int] = None, metric: str = "accuracy", step_scores: Optional[StepScores] = None):
         self.model, self.train_epoch, self.evaluate, self.y, self.masks = model, train_epoch, evaluate, y, masks
+        self.step_scores = step_scores
         self.epochs, self.desc, self.patience, self.metric = epochs, desc, patience, metric
         self.select = metric
         if metric == "roc_auc" and y[masks[1]].unique().numel() == 1:
@@ -131,6 +151,7 @@ class Selection:
         try:
             model.train()
             loss = self.train_epoch(epoch)
+            step = self.step_scores.take() if self.step_scores is not None else None
             if not math.isfinite(loss):
                 why = diverged(model) or f"the loss is {loss}"
             elif self.history and loss > LOSS_GROWTH * max(self.history[0]["loss"], 1.0):
@@ -161,6 +182,9 @@ class Selection:
             for name in dict.fromkeys(("accuracy", self.metric)):
                 for split, mask in zip(("train", "val", "test"), self.masks):
                     row[f"{split}_{name}"] = score(name, out, self.y, mask)
+                if step is not None:  # the training step's unclamped nodes, not evaluation's clamped ones
+                    rows, index = step
+                    row[f"train_{name}"] = score(name, rows, self.y[index], torch.ones_like(index, dtype=torch.bool))
             row["val_loss"] = validation_loss(out, self.y, self.masks[1])
         row["seconds"] = time.perf_counter() - start  # this epoch's training and scoring
         self.history.append(row)

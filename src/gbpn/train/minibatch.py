@@ -12,15 +12,15 @@ from gbpn.distributed import rank_and_world
 from gbpn.errors import GBPNError
 from gbpn.models.gbpn import GBPN
 from gbpn.train.config import TrainConfig
-from gbpn.train.loop import optimizer_step
+from gbpn.train.loop import StepScores, optimizer_step
 from gbpn.train.objective import marginal_nll
 
 
 def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                  config: TrainConfig, warmup_epochs: int, gen: torch.Generator,
                  class_weight: Optional[Tensor] = None, sampler=None, graph=None,
-                 max_batches: Optional[int] = None, shard: Optional[Tuple[int, int, torch.Generator]] = None
-                 ) -> Callable[[int], float]:
+                 max_batches: Optional[int] = None, shard: Optional[Tuple[int, int, torch.Generator]] = None,
+                 step_scores: Optional[StepScores] = None) -> Callable[[int], float]:
     """One epoch of mini-batch steps on sampled computation trees (paper section 3.3).
 
     Each epoch shuffles the training nodes; for GBPN a random half is evidence (clamped
@@ -36,7 +36,8 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
     updates at the end of each epoch.
 
     ``graph`` (a :class:`~gbpn.sampling.CSRGraph`) saves building one from
-    ``data.edge_index``; ``max_batches`` caps the batches per epoch (for benchmarks).
+    ``data.edge_index``; ``max_batches`` caps the batches per epoch (for benchmarks); ``step_scores``
+    gets every batch's root beliefs (the training score of a model whose evaluation clamps them).
 
     ``shard = (rank, world, shared)`` is data-parallel training: the epoch's order and evidence
     half come from ``shared`` (seeded alike on every rank), each rank takes every ``world``-th
@@ -81,6 +82,8 @@ def tree_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, tran
                 out, log_msg = out
                 sampler.observe(tree, log_msg)
             out = out[: tree.batch_size]
+            if step_scores is not None:
+                step_scores.record(out, targets)
             alpha = None
             if config.degree_weight:
                 children = torch.bincount(tree.parent[tree.parent >= 0], minlength=tree.num_nodes)[: tree.batch_size]
@@ -105,7 +108,7 @@ def check_data_parallel(config: TrainConfig) -> None:
 
 def data_parallel_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Tensor, transductive: bool,
                           config: TrainConfig, warmup_epochs: int, seed: int, class_weight: Optional[Tensor],
-                          device: torch.device) -> Callable[[int], float]:
+                          device: torch.device, step_scores: Optional[StepScores] = None) -> Callable[[int], float]:
     """:func:`tree_epochs` for one rank of ``torchrun``: gradients averaged over ranks by
     ``DistributedDataParallel`` (gloo on CPU, NCCL on GPU), so every rank keeps the same parameters;
     the epoch loss is the mean over ranks."""
@@ -120,7 +123,7 @@ def data_parallel_epochs(model: GBPN, opt, data: Data, x: Tensor, train_idx: Ten
     own = torch.Generator().manual_seed(seed + 1 + 7919 * (rank + 1))  # this rank's trees
     torch.manual_seed(seed + 7919 * (rank + 1))  # this rank's dropout; the initial parameters came before
     epoch_fn = tree_epochs(ddp, opt, data, x, train_idx, transductive, config, warmup_epochs, own, class_weight,
-                           shard=(rank, world, shared))
+                           shard=(rank, world, shared), step_scores=step_scores)
 
     def mean_over_ranks(epoch: int) -> float:
         loss = torch.tensor([epoch_fn(epoch)], dtype=torch.float64, device=device)  # NCCL reduces on the GPU
