@@ -430,18 +430,38 @@ def test_tuned_baselines_search_within_the_budget_and_choose_on_validation(ising
     from gbpn.data.splits import random_split
 
     masks = random_split(ising.y, 0.3, 0.2, 0)
-    m = fit_tuned("gcn-sep", ising, masks, seed=0, epochs=9, budget=2)
-    assert m["search_configurations"] >= 2 and m["search"]["planned_cost"] <= m["search"]["allowance"]
+    m = fit_tuned("gcn-sep", ising, masks, seed=0, epochs=9, budget=3)
+    assert m["search_configurations"] >= 3 and m["search"]["planned_cost"] <= m["search"]["allowance"]
     chosen = m["search"]["configurations"][m["search"]["chosen"]]
-    assert m["tuned__num_layers"] == chosen["params"]["num_layers"]
+    if not m["tuned__default"]:
+        assert m["tuned__num_layers"] == chosen["params"]["num_layers"]
+    assert m["val_accuracy"] >= m["search"]["default"]["val"]
     scrambled = ising.clone()
     scrambled.y = ising.y.clone()
     scrambled.y[masks[2]] = 1 - ising.y[masks[2]]
-    other = fit_tuned("gcn-sep", scrambled, masks, seed=0, epochs=9, budget=2)
+    other = fit_tuned("gcn-sep", scrambled, masks, seed=0, epochs=9, budget=3)
     assert _without_seconds(other["search"]) == _without_seconds(m["search"])
     with pytest.raises(GBPNError, match="unknown tuned baseline"):
         fit_tuned("gin", ising, masks)
     assert not math.isnan(m["test_accuracy"])
+
+
+@pytest.mark.slow
+def test_a_tuned_row_never_ends_below_its_own_default_on_validation(ising):
+    """A search that cannot learn (every configuration at lr 1e-7) keeps the untuned model: the plain row, exactly;
+    at budget 1 there is no search, only the default."""
+    from gbpn.baselines import fit_baseline
+    from gbpn.baselines.tuned import BASELINE_SPACE, fit_tuned
+    from gbpn.data.splits import random_split
+
+    masks = random_split(ising.y, 0.3, 0.2, 0)
+    plain = fit_baseline("sage", ising, masks, seed=0, epochs=30)
+    hopeless = fit_tuned("sage", ising, masks, seed=0, epochs=30, budget=3, space={**BASELINE_SPACE, "lr": [1e-7]})
+    assert hopeless["tuned__default"] and hopeless["search"]["default"]["kept"]
+    assert hopeless["search"]["admitted"] >= 2  # the search ran, and lost
+    assert (hopeless["val_accuracy"], hopeless["test_accuracy"]) == (plain["val_accuracy"], plain["test_accuracy"])
+    alone = fit_tuned("sage", ising, masks, seed=0, epochs=30, budget=1)
+    assert alone["test_accuracy"] == plain["test_accuracy"] and alone["search_configurations"] == 1
 
 
 @pytest.mark.parametrize("argv", [["--potential", "mlp", "--budget", "2"], ["--potential", "auto", "--budget", "0.5"]])
