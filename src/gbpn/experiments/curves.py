@@ -68,8 +68,8 @@ def _metric(trials: Sequence[Dict], rows: Sequence[Dict]) -> str:
 
 
 def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
-    """Draw a run folder's learning curves: the training loss and the validation score (the run's selection
-    metric) of every trial against the epoch, each trial's kept (best) epoch marked; written as
+    """Draw a run folder's learning curves: the training loss and the validation and training score (the run's
+    selection metric) of every trial against the epoch, each trial's kept (best) epoch marked; written as
     ``<output>.png`` and ``.svg`` (default ``<run>/curves``). Returns the stem written."""
     run = Path(run)
     if not run.is_dir():
@@ -92,6 +92,8 @@ def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
             ax_loss.plot(epochs, [r["val_loss"] for r in mine], color=colour, lw=1, ls="--")
         val = [100 * r[f"val_{metric}"] for r in mine]
         ax_val.plot(epochs, val, color=colour, lw=1, label=f"trial {trial}")
+        if f"train_{metric}" in mine[0]:  # GBPN's on the nodes each step left unclamped
+            ax_val.plot(epochs, [100 * r[f"train_{metric}"] for r in mine], color=colour, lw=0.8, ls="--")
         best = trials.get(trial, {}).get("best_epoch")
         at = next((i for i, e in enumerate(epochs) if e == best), None)
         if at is None:  # no metrics.json row: the highest validation score, the earliest of ties
@@ -100,8 +102,8 @@ def plot_run(run: str | Path, output: Optional[str | Path] = None) -> Path:
         ax_loss.axvline(epochs[at], color=colour, lw=0.6, ls=":")
     ax_loss.set(xlabel="epoch", ylabel="loss", title="training loss" + (" (dashed: validation)" if "val_loss" in rows[0]
                                                                           else ""))
-    ax_val.set(xlabel="epoch", ylabel=f"validation {metric.replace('_', ' ')} (%)",
-               title=f"validation {metric.replace('_', ' ')} (dot: the epoch kept)")
+    ax_val.set(xlabel="epoch", ylabel=f"{metric.replace('_', ' ')} (%)",
+               title=f"validation {metric.replace('_', ' ')} (dashed: training)\ndot: the epoch kept")
     ax_val.legend(fontsize="small", loc="lower right")
     fig.suptitle(str(read_json(run / "config.json").get("dataset", run.name)) if (run / "config.json").is_file()
                  else run.name)
