@@ -41,8 +41,10 @@ def add_parser(sub, common) -> None:
     b.add_argument("--datasets", nargs="+", default=None, help="free grid: datasets")
     b.add_argument("--budget", type=float, default=2.0, metavar="B",
                    help="free grid: plain runs of the configuration kept that each :tuned model's search "
-                        "spends, at counted costs (a run counts --epochs, or 2 x --patience where fewer): gbpn:tuned (GBPN, --potential auto --budget B), gcn:tuned, "
-                        "gcn-sep:tuned, sage:tuned, gat:tuned, gat-sep:tuned (default: 2)")
+                        "spends, at counted costs (a run counts --epochs, or 2 x --patience where fewer): gbpn:tuned "
+                        "(GBPN, --potential auto --budget B), gcn:tuned, gcn-sep:tuned, sage:tuned, gat:tuned, "
+                        "gat-sep:tuned (one of whose runs trains the untuned model, kept unless the search beats it "
+                        "on validation) (default: 2)")
     b.add_argument("--trials", type=POSITIVE, default=10, help="free grid: trials per cell (default: 10)")
     add_option(b, "epochs", type=POSITIVE, help="free grid: training steps (default: 500)")
     add_option(b, "patience", type=POSITIVE, help="free grid: stop a run after this many epochs without a better "
