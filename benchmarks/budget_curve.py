@@ -59,12 +59,12 @@ def main() -> None:
     cols = min(3, len(datasets))
     lines = (len(datasets) + cols - 1) // cols
     fig, grid = plt.subplots(lines, cols, figsize=(5.5 * cols, 4 * lines), squeeze=False)
-    axes = [list(grid.flat)]
-    for ax in axes[0][len(datasets):]:
+    axes = list(grid.flat)
+    for ax in axes[len(datasets):]:
         ax.axis("off")
     print("| data set | budget | trials | test score % | epochs trained per trial | s per trial |\n"
           "|---|---|---|---|---|---|")
-    for ax, ds in zip(axes[0], datasets):
+    for ax, ds in zip(axes, datasets):
         trials = set.intersection(*(set(t) for t in points[ds].values()))  # the trials every budget has
         xs, ys, es = [], [], []
         for budget in sorted(points[ds]):

@@ -108,7 +108,7 @@ def test_removing_a_released_lock_file_never_gives_two_holders(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)  # the waiter has opened the file and waits on it
-        release(lock, remove=True)
+        release(lock)
         assert waiter.stdout.readline().strip() == "held"
         assert lock_folder(tmp_path) is None and (tmp_path / FOLDER_LOCK).exists()
     finally:

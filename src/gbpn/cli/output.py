@@ -38,7 +38,7 @@ def locked(folder: Union[str, Path], wait: bool = False, what: str = "--output")
         yield
         failed = False
     finally:
-        release(lock, remove=True)  # no empty lock file left behind (one waiting on it locks the path anew)
+        release(lock)  # no empty lock file left behind (one waiting on it locks the path anew)
         if failed and new:
             with contextlib.suppress(OSError):
                 folder.rmdir()

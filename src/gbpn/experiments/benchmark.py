@@ -279,7 +279,7 @@ class _Cells:
             write_json(name.with_suffix(".json"), self._row(data, d, m, t))
             shutil.rmtree(self.out / "units" / name.name, ignore_errors=True)
         finally:  # no lock file left behind, finished or interrupted: whoever locks the path next sees the row
-            release(lock, remove=True)
+            release(lock)
         return True
 
     def _row(self, data, d: str, m: str, t: int) -> Dict:

@@ -72,14 +72,13 @@ def _still_at(lock: FileLock) -> bool:
         return False
 
 
-def release(lock: FileLock, remove: bool = False) -> None:
-    """Remove the holder file of a lock from :func:`try_lock` (while still holding it), then release it.
-    ``remove`` removes the lock file too (work done: no empty lock file left behind); a process waiting on it
-    locks the path anew (:func:`try_lock`)."""
+def release(lock: FileLock) -> None:
+    """Remove the holder file and the lock file of a lock from :func:`try_lock` (while still holding it: no empty
+    lock file is left behind), then release it; a process waiting on the removed file locks the path anew
+    (:func:`try_lock`)."""
     path = Path(lock.lock_file)
     _holder_file(path).unlink(missing_ok=True)
-    if remove:
-        path.unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     lock.release()
 
 
@@ -88,7 +87,7 @@ def is_held(lock_path: Path) -> bool:
     lock = try_lock(lock_path)
     if lock is None:
         return True
-    release(lock, remove=True)
+    release(lock)
     return False
 
 

@@ -355,7 +355,7 @@ class _TrialRun:
         if unrecorded:
             _remove_unrecorded(self.out)
         if self.lock is not None:
-            release(self.lock, remove=True)  # no empty lock file left in the run folder
+            release(self.lock)  # no empty lock file left in the run folder
         if unrecorded:
             with contextlib.suppress(OSError):  # a folder this command made and left empty (units/ of a search stay)
                 self.out.rmdir()
