@@ -98,6 +98,17 @@ def test_the_last_rung_goes_on_as_far_as_the_allowance_left_pays_for():
     assert halving(scores, budget=10, run=12, final=100)[2]["rungs"] == [[9, 1], [3, 12]]
 
 
+def test_a_cheap_configuration_that_falls_early_does_not_cut_the_finalists_comparison_short():
+    # config 0 costs 0.5 and ranks last: the rungs are planned within 2 runs of 40 epochs of it (40), but the three
+    # finalists cost 1 each, so the one kept is one of them and the last rung may spend 2 runs of 40 of it (80):
+    # 80 - 8.5 (the first epochs) left, 23 more epochs each, to epoch 24 (at 40 - 8.5 it would stop at epoch 11)
+    scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
+    costs = [0.5, 1, 1, 1, 1, 1, 1, 1, 1]
+    chosen, _, search, log = halving(scores, costs=costs, budget=3, run=40, final=100)
+    assert search["admitted"] == 9 and search["rungs"] == [[9, 1], [3, 24]] and chosen == 1
+    assert search["allowance"] == 80 and search["spent_cost"] <= 2 * 40 * costs[chosen]
+
+
 def test_the_log_states_the_plan_that_runs_each_rungs_epochs_and_the_configuration_kept(caplog):
     scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
     costs = [1, 1, 3, 1, 1, 1, 1, 1, 1]
@@ -171,13 +182,19 @@ def test_the_search_spends_at_most_its_allowance_at_the_counted_costs(budget, ru
     assert len(rejected) <= 1 and all(trained[i] == 1 for i in rejected)  # the one that did not fit: its first epoch
     spent = sum(costs[i] * e for i, e in trained.items() if i != chosen)
     assert spent == search["spent_cost"]
-    assert spent - sum(costs[i] for i in rejected) <= (budget - 1) * run * cheapest + 1e-9
-    assert search["planned_cost"] <= search["allowance"] == (budget - 1) * run * cheapest
+    # the rungs were planned within B - 1 runs of the cheapest admitted; the last rung spends up to B - 1 runs of
+    # the cheapest finalist, and so of the one kept
+    assert search["planned_cost"] <= (budget - 1) * run * cheapest
+    last = len(search["rungs"])
+    finalists = [i for i in admitted if len(search["configurations"][i]["rungs"]) == last]
+    assert chosen in finalists and search["allowance"] == (budget - 1) * run * min(costs[i] for i in finalists)
+    assert spent - sum(costs[i] for i in rejected) <= search["allowance"] + 1e-9 <= (budget - 1) * run * costs[chosen] + 1e-9
 
 
 def test_a_costly_configuration_stops_the_admissions_and_a_cheap_one_shrinks_the_allowance():
-    # 4 configurations of cost 1 fit rungs of 1 epoch in 1 run of 4 epochs; a fifth costing 10 does not
-    _, _, search, log = halving([0.1] * 6, costs=[1, 1, 1, 1, 10, 1], budget=2, run=4, final=4)
+    # 4 configurations of cost 1 fit their rungs (4 to epoch 1, 2 to epoch 3) in 1 run of 8 epochs; a fifth
+    # costing 10 does not
+    _, _, search, log = halving([0.1] * 6, costs=[1, 1, 1, 1, 10, 1], budget=2, run=8, final=8)
     assert search["admitted"] == 4 and (4, 0, 1) in log and not any(i == 5 for i, *_ in log)
     # the cheapest admitted sets the allowance: a config costing 0.1 would shrink it below the rungs planned
     _, _, search, _ = halving([0.1] * 3, costs=[1, 1, 0.1], budget=2, run=2, final=2)
@@ -187,8 +204,10 @@ def test_a_costly_configuration_stops_the_admissions_and_a_cheap_one_shrinks_the
 def test_the_default_plan_starts_at_5_epochs_and_draws_configurations_for_its_allowance():
     p = plan(500, 2, patience=100)
     assert (p.first, p.eta, p.run, p.final) == (5, 3, 200, 500) and max_configurations(p, 6) == 40
-    assert p.rungs(11) == [(11, 5), (3, 15)] and p.rungs(1) == []
-    assert p.cost([1.0] * 11) == 11 * 5 + 3 * 10 and p.allowance([2.0, 1.0]) == 200
+    # a third rounded up goes on: 3 of 8, 4 of 11
+    assert p.rungs(8) == [(8, 5), (3, 15)] and p.rungs(9) == [(9, 5), (3, 15)] and p.rungs(1) == []
+    assert p.rungs(11) == [(11, 5), (4, 15), (2, 45)]
+    assert p.cost([1.0] * 11) == 11 * 5 + 4 * 10 + 2 * 30 and p.allowance([2.0, 1.0]) == 200
     assert plan(500, 2).run == 500 and plan(20, 2, patience=5).run == 10
 
 

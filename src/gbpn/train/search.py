@@ -6,20 +6,21 @@ by 20x across the space (a 64-wide SAGE against a 3-layer 512-wide GAT), so the 
 configuration its counted cost per epoch (:mod:`gbpn.train.cost`: FLOPs and elements written, measured on
 its first epoch; never seconds, so a rerun makes the same choices). A run counts ``min(epochs, 2 *
 patience)`` epochs (:func:`run_epochs`). The configuration kept trains one whole run, its rungs included;
-the other configurations' rungs must fit ``B - 1`` runs of the cheapest configuration admitted, so the search
-costs at most ``B`` runs of whichever it keeps, at the counted costs, plus the first epoch of the one
+the other configurations' rungs must fit ``B - 1`` runs of the cheapest configuration that can still be kept
+(the cheapest admitted while the rungs are planned, the cheapest finalist once the last rung's are known), so
+the search costs at most ``B`` runs of whichever it keeps, at the counted costs, plus the first epoch of the one
 configuration that did not fit (the search stops taking configurations there).
 
 Configurations are taken in order (the anchors first, at the space's largest learning rate:
 :func:`at_fastest_lr`): each trains its first epoch, which measures its cost,
 and is admitted if the rungs planned for the admitted ones (at their costs, the later rungs at the costliest
 survivors') still fit; one that does not fit stops there. The rungs: ``n`` configurations up to epoch
-``first`` (1/40 of a run: 5 epochs at patience 100), the best ``n // eta`` on to ``eta * first``, and so on
-while more than one goes on; the last rung goes on as far as what is left of the allowance pays for (up to a
-run's epochs), so that the finalists are compared as late as the budget allows; the best left trains to the
-end (``epochs``, with ``patience``). Its result is
-what a plain run of it gives: a :class:`~gbpn.train.session.Session` keeps its own random streams, so the
-epochs trained in turns with other configurations are the epochs a plain run trains.
+``first`` (1/40 of a run: 5 epochs at patience 100), the best ``ceil(n / eta)`` on to ``eta * first``, and so on
+while more than one goes on; the last rung goes on as far as what is left of the finalists' allowance pays for
+(up to a run's epochs), so that they are compared as late as the budget allows; the best left trains to the end
+(``epochs``, with ``patience``). Its result is what a plain run of it gives: a
+:class:`~gbpn.train.session.Session` keeps its own random streams, so the epochs trained in turns with other
+configurations are the epochs a plain run trains.
 
 A hand-written loop, not Optuna: the rungs continue sessions held in memory (an Optuna trial is a function
 run to its end or pruned), the budget is counted in the search's own units, and an interrupted search
@@ -115,7 +116,7 @@ class Plan:
         out, r = [], self.first
         while n > 1 and r < self.run:
             out.append((n, r))
-            n, r = n // self.eta, r * self.eta
+            n, r = -(-n // self.eta), r * self.eta  # a third rounded up: never fewer than a third go on
         return out
 
     def cost(self, costs: Sequence[float]) -> float:
@@ -247,8 +248,9 @@ def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], Ses
 
     Returns the index of the configuration kept, its finished training's result (``Session.finish``) and the
     search's record: ``configurations`` (each one's ``params``, ``cost`` per epoch, whether ``admitted``, and
-    its ``rungs``: epoch, validation score and loss), ``allowance``, ``planned_cost``, ``spent_cost`` and ``other_epochs`` (what
-    the search trained besides the kept configuration's run), ``run_cost`` (the kept one's whole training) and ``seconds``."""
+    its ``rungs``: epoch, validation score and loss), ``allowance`` (the last rung's), ``planned_cost``,
+    ``spent_cost`` and ``other_epochs`` (what the search trained besides the kept configuration's run), ``run_cost``
+    (the kept one's whole training) and ``seconds``."""
     began = time.perf_counter()
     search = _Search(configs, start, schedule, units, desc)
     search.admit(measure)
@@ -269,6 +271,7 @@ class _Search:
         self.admitted: List[int] = []
         self.trained: Dict[int, int] = {}
         self.rungs: List[Tuple[int, int]] = []
+        self.allowance = 0.0
 
     def costs(self) -> List[float]:
         return [self.records[j]["cost"] for j in self.admitted]
@@ -319,8 +322,12 @@ class _Search:
         return record
 
     def _last_epoch(self, k: int, alive: List[int]) -> int:
-        """The last rung trains as far as what is left of the allowance pays for its survivors (``alive``)."""
-        left = self.schedule.allowance(self.costs()) - sum(self.records[i]["cost"] * e for i, e in self.trained.items())
+        """The last rung trains as far as what is left of the allowance pays for its survivors (``alive``). Its
+        allowance is the survivors' own: the one kept is among them, so ``budget - 1`` runs of the cheapest of
+        them still bound the others' cost by runs of it, and a cheap configuration that fell at an earlier rung does
+        not cut the finalists' comparison short."""
+        self.allowance = self.schedule.allowance([self.records[i]["cost"] for i in alive])
+        left = self.allowance - sum(self.records[i]["cost"] * e for i, e in self.trained.items())
         start_epoch = self.rungs[k - 1][1] if k else 1
         return max(self.rungs[k][1], min(self.schedule.run, self.schedule.final,
                                          start_epoch + math.floor(left / sum(self.records[i]["cost"] for i in alive))))
@@ -329,6 +336,7 @@ class _Search:
         """Train the admitted configurations rung by rung, the best of each going on; the index of the one left."""
         alive = list(self.admitted)
         self.rungs = rungs = self.schedule.rungs(len(alive))
+        self.allowance = self.schedule.allowance(self.costs()) if alive else 0.0
         self.trained = {i: 1 for i, r in enumerate(self.records) if r["cost"] is not None}  # admitted or not
         if len(rungs) == 1:  # its survivors are every admitted configuration: its epoch is known now
             rungs[0] = (rungs[0][0], self._last_epoch(0, alive))
@@ -382,7 +390,7 @@ class _Search:
                         f"{runs:.2f} runs of {schedule.run} epochs of it at the counted costs (the budget leaves them "
                         f"{schedule.budget - 1:g})")
         return {"configurations": records, "admitted": len(self.admitted),
-                "allowance": schedule.allowance(costs) if costs else 0.0, "planned_cost": schedule.cost(costs),
+                "allowance": self.allowance, "planned_cost": schedule.cost(costs),
                 "spent_cost": spent, "other_epochs": sum(self.trained[i] for i in others), "run_cost": run_cost,
                 "rungs": [list(r) for r in self.rungs], "seconds": time.perf_counter() - began}
 
