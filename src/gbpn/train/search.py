@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("gbpn")
 
-ETA = 3  # keep the best third at each rung
+ETA = 3  # keep the best third (rounded up) at each rung
 FIRST_FRACTION = 40  # the first rung trains 1/40 of a run (5 epochs of a 200-epoch run)
 
 # the choices every searched network has (GBPN's encoders and the tuned baselines alike)
