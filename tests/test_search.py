@@ -188,7 +188,8 @@ def test_the_search_spends_at_most_its_allowance_at_the_counted_costs(budget, ru
     last = len(search["rungs"])
     finalists = [i for i in admitted if len(search["configurations"][i]["rungs"]) == last]
     assert chosen in finalists and search["allowance"] == (budget - 1) * run * min(costs[i] for i in finalists)
-    assert spent - sum(costs[i] for i in rejected) <= search["allowance"] + 1e-9 <= (budget - 1) * run * costs[chosen] + 1e-9
+    assert spent - sum(costs[i] for i in rejected) <= search["allowance"] + 1e-9
+    assert search["allowance"] <= (budget - 1) * run * costs[chosen]
 
 
 def test_a_costly_configuration_stops_the_admissions_and_a_cheap_one_shrinks_the_allowance():
