@@ -116,7 +116,7 @@ class Plan:
         out, r = [], self.first
         while n > 1 and r < self.run:
             out.append((n, r))
-            n, r = -(-n // self.eta), r * self.eta  # a third rounded up: never fewer than a third go on
+            n, r = math.ceil(n / self.eta), r * self.eta  # never fewer than a third go on
         return out
 
     def cost(self, costs: Sequence[float]) -> float:
