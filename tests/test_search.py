@@ -67,8 +67,10 @@ def halving(scores, first=1, budget=100.0, run=1000, final=100, **kw):
 
 def test_successive_halving_keeps_the_best_third_at_each_rung_and_continues_it():
     scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7, 0.4, 0.6]
-    # one run of 15 epochs at cost 1: 9 first epochs, 6 left for the last rung's three: 2 epochs each, to epoch 3
-    chosen, result, search, log = halving(scores, budget=2, run=15)
+    # one run of 17 epochs at cost 1: 9 first epochs and a last rung planned for up to four (the best third by loss,
+    # here tied, and the best score: it is among them), 8 left for the three: 2 epochs each, to epoch 3
+    chosen, result, search, log = halving(scores, budget=2, run=17)
+    assert halving(scores, budget=2, run=16)[2]["admitted"] == 8  # 9 first epochs and 4 x 2 would not fit 16
     assert search["rungs"] == [[9, 1], [3, 3]]
     assert sorted(i for i, a, b in log if (a, b) == (0, 1)) == list(range(9))  # each one's first epoch
     assert sorted(i for i, a, b in log if (a, b) == (1, 3)) == [1, 4, 6]  # the top three go on from epoch 1
@@ -122,7 +124,8 @@ def test_the_log_states_the_plan_that_runs_each_rungs_epochs_and_the_configurati
     # the plan, once admitted: the last rung's epoch as the bounds it will fall in, the first rung's exactly
     plan_lines = [m for m in lines if "admitted;" in m]
     assert plan_lines == ["t: 9 of 9 configurations admitted; rungs (each from where the last stopped): 9 to epoch 1; "
-                          "3 to between epoch 3 and 40, as far as what is left of the allowance pays for; the best then "
+                          "up to 4 to between epoch 3 and 40, as far as what is left of the allowance pays for; the best "
+                          "then "
                           "trains on to epoch 100 at most"]
     rung_lines = [m for m in lines if ": rung " in m]
     assert rung_lines[0].startswith("t: rung 1/2: 9 configurations trained to epoch 1 (0 more each); best val 90.00%")
@@ -152,6 +155,19 @@ def test_a_slow_learner_survives_the_first_rung_on_its_validation_loss():
     # ranked on the score at every rung, as before, it dies at the first one
     _, *_, log = halving(scores, slopes=slopes, budget=2, run=20)
     assert 0 not in {i for i, a, b in log if a == 1}
+
+
+def test_a_fast_learner_grown_confident_survives_the_first_rung_on_its_score():
+    # config 8 leads on the score after one epoch (0.45 against 0.20-0.35) but its confident predictions give it the
+    # worst validation loss; it goes on beside the best third by loss and wins the last rung (unfiltered Squirrel's
+    # LINKX at epoch 5). The rung passes four on, not three, only because the best score is not among the third.
+    scores = [0.30, 0.35, 0.20, 0.25, 0.30, 0.22, 0.28, 0.24, 0.45]
+    val_losses = [1.70, 1.71, 1.72, 1.80, 1.90, 2.00, 2.10, 2.20, 2.60]
+    chosen, _, search, log = halving(scores, val_losses=val_losses, budget=2, run=40)
+    assert sorted(i for i, a, b in log if a == 1) == [0, 1, 2, 8] and chosen == 8 and search["rungs"][1][0] == 4
+    # ranked on the loss alone (the best score among the third) three go on, as before
+    chosen, _, search, log = halving(scores[:8], val_losses=val_losses[:8], budget=2, run=40)
+    assert sorted(i for i, a, b in log if a == 1) == [0, 1, 2] and chosen == 1 and search["rungs"][1][0] == 3
 
 
 def test_the_last_rung_ranks_on_the_score_not_the_loss():
@@ -205,10 +221,10 @@ def test_a_costly_configuration_stops_the_admissions_and_a_cheap_one_shrinks_the
 def test_the_default_plan_starts_at_5_epochs_and_draws_configurations_for_its_allowance():
     p = plan(500, 2, patience=100)
     assert (p.first, p.eta, p.run, p.final) == (5, 3, 200, 500) and max_configurations(p, 6) == 40
-    # a third rounded up goes on: 3 of 8, 4 of 11
-    assert p.rungs(8) == [(8, 5), (3, 15)] and p.rungs(9) == [(9, 5), (3, 15)] and p.rungs(1) == []
-    assert p.rungs(11) == [(11, 5), (4, 15), (2, 45)]
-    assert p.cost([1.0] * 11) == 11 * 5 + 4 * 10 + 2 * 30 and p.allowance([2.0, 1.0]) == 200
+    # a third rounded up and the best score go on: up to 4 of 8, 5 of 11; at most 4 (eta + 1) make the last rung
+    assert p.rungs(8) == [(8, 5), (4, 15)] and p.rungs(9) == [(9, 5), (4, 15)] and p.rungs(1) == []
+    assert p.rungs(11) == [(11, 5), (5, 15), (3, 45)] and p.rungs(4) == [(4, 5)]
+    assert p.cost([1.0] * 11) == 11 * 5 + 5 * 10 + 3 * 30 and p.allowance([2.0, 1.0]) == 200
     assert plan(500, 2).run == 500 and plan(20, 2, patience=5).run == 10
 
 

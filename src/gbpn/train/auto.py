@@ -124,7 +124,8 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
                      reads=lambda name, params: applies(name, params.get("potential", "mlp"), params))
     logger.info(f"{desc}: searching within {config.budget:g} runs of {schedule.run} epochs: up to {len(configs)} "
                 f"configurations, each admitted after its first epoch (which measures its cost) while the planned rungs "
-                f"fit; each rung keeps the best 1/{schedule.eta} (rounded up), the first at epoch {schedule.first}")
+                f"fit; each rung keeps the best 1/{schedule.eta} by validation loss (rounded up) and the best by score, "
+                f"the first at epoch {schedule.first}")
 
     def start(index: int, params: Dict):
         cand = _configured(config, params, config.epochs)

@@ -15,10 +15,10 @@ Configurations are taken in order (the anchors first, at the space's largest lea
 :func:`at_fastest_lr`): each trains its first epoch, which measures its cost,
 and is admitted if the rungs planned for the admitted ones (at their costs, the later rungs at the costliest
 survivors') still fit; one that does not fit stops there. The rungs: ``n`` configurations up to epoch
-``first`` (1/40 of a run: 5 epochs at patience 100), the best ``ceil(n / eta)`` on to ``eta * first``, and so on
-while more than one goes on; the last rung goes on as far as what is left of the finalists' allowance pays for
-(up to a run's epochs), so that they are compared as late as the budget allows; the best left trains to the end
-(``epochs``, with ``patience``). Its result is what a plain run of it gives: a
+``first`` (1/40 of a run: 5 epochs at patience 100), the best ``ceil(n / eta)`` by validation loss and the best
+by validation score (:data:`HEDGE`) on to ``eta * first``, and so on until at most ``eta + 1`` are left; the last
+rung goes on as far as what is left of the finalists' allowance pays for (up to a run's epochs), so that they are
+compared as late as the budget allows; the best left trains to the end (``epochs``, with ``patience``). Its result is what a plain run of it gives: a
 :class:`~gbpn.train.session.Session` keeps its own random streams, so the epochs trained in turns with other
 configurations are the epochs a plain run trains.
 
@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gbpn")
 
 ETA = 3  # keep the best third (rounded up) at each rung
+# Besides the best third by validation loss, each rung but the last passes on the best validation score: after 5
+# epochs the two disagree on the eventual winner (results/published: unfiltered Squirrel's LINKX is first by score
+# and seventh of nine by loss, its loss above the first epoch's as it grows confident; Election's SIGN third by loss
+# and fifth by score), and neither alone keeps both.
+HEDGE = 1
 FIRST_FRACTION = 40  # the first rung trains 1/40 of a run (5 epochs of a 200-epoch run)
 
 # the choices every searched network has (GBPN's encoders and the tuned baselines alike)
@@ -112,11 +117,15 @@ class Plan:
     budget: float
 
     def rungs(self, n: int) -> List[Tuple[int, int]]:
-        """``(configurations, epoch)`` of each rung for ``n`` admitted configurations: each trains up to ``epoch``."""
+        """``(configurations, epoch)`` of each rung for ``n`` admitted configurations: each trains up to ``epoch``.
+        A rung of ``n`` passes on at most ``ceil(n / eta) + 1`` (:data:`HEDGE`); one of at most ``eta + 1`` is the
+        last."""
         out, r = [], self.first
         while n > 1 and r < self.run:
             out.append((n, r))
-            n, r = math.ceil(n / self.eta), r * self.eta  # never fewer than a third go on
+            if n <= self.eta + HEDGE:
+                break
+            n, r = math.ceil(n / self.eta) + HEDGE, r * self.eta  # never fewer than a third go on
         return out
 
     def cost(self, costs: Sequence[float]) -> float:
@@ -344,7 +353,7 @@ class _Search:
         for k, (n, epoch) in enumerate(rungs):
             if k == len(rungs) - 1 and k > 0:
                 epoch = self._last_epoch(k, alive)
-                rungs[k] = (n, epoch)
+            rungs[k] = (len(alive), epoch)  # planned: at most that many (the best score may be among the third)
             alive = self._rung(k, epoch, alive)
         return alive[0] if alive else 0
 
@@ -363,18 +372,18 @@ class _Search:
                                         "val_loss": _finite_or_none(s.val_loss), "epochs_run": s.epoch})
             if self.units is not None:
                 self.units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
-        keep = rungs[k + 1][0] if k + 1 < len(rungs) else 1
-        ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last=k == len(rungs) - 1))
-        alive = sorted(ranked[:keep])
-        for i in ranked[keep:]:
+        last = k == len(rungs) - 1
+        ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last))
+        best = min(alive, key=lambda i: _rank(self.sessions[i], i, last=True))  # on the validation score
+        kept = {best} if last else {*ranked[:math.ceil(len(alive) / self.schedule.eta)], *[best][:HEDGE]}
+        alive = sorted(kept)
+        for i in set(ranked) - kept:
             del self.sessions[i]  # a configuration left behind frees its model and precomputed features
-        best = ranked[0]
         best_val = 100 * _finite(records[best]["rungs"][-1]["val"])
         logger.info(f"{self.desc}: rung {k + 1}/{len(rungs)}: {len(ranked)} configurations trained to epoch {epoch} "
                     f"({epoch - start_epoch} more each); best val {best_val:.2f}% "
                     f"(configuration {best}: {describe(self.configs[best], short=True)}); "
-                    + (f"{len(alive)} go on" if keep > 1 else f"configuration {alive[0]} trains on to the end"
-                       if alive else "none goes on"))
+                    + (f"{len(alive)} go on" if not last else f"configuration {alive[0]} trains on to the end"))
         return alive
 
     def record(self, chosen: int, began: float) -> Dict:
@@ -402,11 +411,11 @@ def plan_line(schedule: Plan, rungs: Sequence[Tuple[int, int]], admitted: int, d
     head = f"{admitted} of {drawn} configurations admitted"
     if not rungs:
         return f"{head}; it trains on to epoch {schedule.final} at most"
-    parts = [f"{n} to epoch {e}" for n, e in rungs[:-1]]
+    parts = [f"{'up to ' if k else ''}{n} to epoch {e}" for k, (n, e) in enumerate(rungs[:-1])]
     n, e = rungs[-1]
     last_max = min(schedule.run, schedule.final)
-    parts.append(f"{n} to epoch {e}" if len(rungs) == 1 or e >= last_max else
-                 f"{n} to between epoch {e} and {last_max}, as far as what is left of the allowance pays for")
+    parts.append(f"{n} to epoch {e}" if len(rungs) == 1 else f"up to {n} to epoch {e}" if e >= last_max else
+                 f"up to {n} to between epoch {e} and {last_max}, as far as what is left of the allowance pays for")
     return (f"{head}; rungs (each from where the last stopped): {'; '.join(parts)}; the best then trains on to epoch "
             f"{schedule.final} at most")
 
@@ -437,7 +446,8 @@ def _rank(session, i: int, last: bool) -> Tuple:
     validation score, as the final choice of an epoch does; earlier rungs on the lowest validation loss so far. After
     a few epochs many configurations share a score (the majority class; every candidate within a point on Sexual
     and Election after 5 epochs), while the loss already orders them by how well they predict, and it moves for a
-    slow learner (a small learning rate) whose predictions have not yet flipped. Ties: the higher score, the lower
+    slow learner (a small learning rate) whose predictions have not yet flipped; the best score goes on beside them
+    (:data:`HEDGE`). Ties: the higher score, the lower
     training loss, the earlier configuration; NaN never goes on before a number."""
     by_score = (-_finite(session.val), _loss(session), i)
     if last:
