@@ -124,9 +124,8 @@ def test_the_log_states_the_plan_that_runs_each_rungs_epochs_and_the_configurati
     # the plan, once admitted: the last rung's epoch as the bounds it will fall in, the first rung's exactly
     plan_lines = [m for m in lines if "admitted;" in m]
     assert plan_lines == ["t: 9 of 9 configurations admitted; rungs (each from where the last stopped): 9 to epoch 1; "
-                          "up to 4 to between epoch 3 and 40, as far as what is left of the allowance pays for; the best "
-                          "then "
-                          "trains on to epoch 100 at most"]
+                          "up to 4 to between epoch 3 and 40, as far as what is left of the allowance pays for; "
+                          "the best then trains on to epoch 100 at most"]
     rung_lines = [m for m in lines if ": rung " in m]
     assert rung_lines[0].startswith("t: rung 1/2: 9 configurations trained to epoch 1 (0 more each); best val 90.00%")
     assert rung_lines[1].startswith("t: rung 2/2: 3 configurations trained to epoch 10 (9 more each); best val 90.00% "

@@ -18,9 +18,9 @@ survivors') still fit; one that does not fit stops there. The rungs: ``n`` confi
 ``first`` (1/40 of a run: 5 epochs at patience 100), the best ``ceil(n / eta)`` by validation loss and the best
 by validation score (:data:`HEDGE`) on to ``eta * first``, and so on until at most ``eta + 1`` are left; the last
 rung goes on as far as what is left of the finalists' allowance pays for (up to a run's epochs), so that they are
-compared as late as the budget allows; the best left trains to the end (``epochs``, with ``patience``). Its result is what a plain run of it gives: a
-:class:`~gbpn.train.session.Session` keeps its own random streams, so the epochs trained in turns with other
-configurations are the epochs a plain run trains.
+compared as late as the budget allows; the best left trains to the end (``epochs``, with ``patience``). Its
+result is what a plain run of it gives: a :class:`~gbpn.train.session.Session` keeps its own random streams, so
+the epochs trained in turns with other configurations are the epochs a plain run trains.
 
 A hand-written loop, not Optuna: the rungs continue sessions held in memory (an Optuna trial is a function
 run to its end or pruned), the budget is counted in the search's own units, and an interrupted search
@@ -375,7 +375,8 @@ class _Search:
         last = k == len(rungs) - 1
         ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last))
         best = min(alive, key=lambda i: _rank(self.sessions[i], i, last=True))  # on the validation score
-        kept = {best} if last else {*ranked[:math.ceil(len(alive) / self.schedule.eta)], *[best][:HEDGE]}
+        third = set(ranked[:math.ceil(len(alive) / self.schedule.eta)])
+        kept = {best} if last else third | {best} if HEDGE else third
         alive = sorted(kept)
         for i in set(ranked) - kept:
             del self.sessions[i]  # a configuration left behind frees its model and precomputed features
@@ -447,8 +448,8 @@ def _rank(session, i: int, last: bool) -> Tuple:
     a few epochs many configurations share a score (the majority class; every candidate within a point on Sexual
     and Election after 5 epochs), while the loss already orders them by how well they predict, and it moves for a
     slow learner (a small learning rate) whose predictions have not yet flipped; the best score goes on beside them
-    (:data:`HEDGE`). Ties: the higher score, the lower
-    training loss, the earlier configuration; NaN never goes on before a number."""
+    (:data:`HEDGE`). Ties: the higher score, the lower training loss, the earlier configuration; NaN never goes on
+    before a number."""
     by_score = (-_finite(session.val), _loss(session), i)
     if last:
         return by_score
