@@ -58,10 +58,10 @@ def toy(scores, slopes=None, costs=None, losses=None, final=100, val_losses=None
     return start, log, lambda fn: (lambda s: (s, s.cost))(fn())
 
 
-def halving(scores, first=1, budget=100.0, run=1000, final=100, **kw):
+def halving(scores, first=1, budget=100.0, run=1000, final=100, anchors=0, **kw):
     start, log, measure = toy(scores, final=final, **kw)
     chosen, result, search = successive_halving([{"c": i} for i in range(len(scores))], start,
-                                                Plan(first, 3, run, final, budget), measure=measure)
+                                                Plan(first, 3, run, final, budget), measure=measure, anchors=anchors)
     return chosen, result, search, log
 
 
@@ -167,6 +167,19 @@ def test_a_fast_learner_grown_confident_survives_the_first_rung_on_its_score():
     # ranked on the loss alone (the best score among the third) three go on, as before
     chosen, _, search, log = halving(scores[:8], val_losses=val_losses[:8], budget=2, run=40)
     assert sorted(i for i, a, b in log if a == 1) == [0, 1, 2] and chosen == 1 and search["rungs"][1][0] == 3
+
+
+def test_an_anchor_that_fits_only_without_the_hedge_is_admitted_and_turns_it_off():
+    # one run of 14 epochs at cost 1: six fit with the hedge (6 + 3 x 2); a seventh fits only without it (7 + 3 x 2,
+    # not 7 + 4 x 2)
+    scores = [0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.7]
+    _, _, search, _ = halving(scores, budget=2, run=14)
+    assert search["admitted"] == 6 and search["hedge"] == 1
+    _, _, search, log = halving(scores, budget=2, run=14, anchors=7)
+    assert search["admitted"] == 7 and search["hedge"] == 0 and search["planned_cost"] <= 14
+    assert sorted(i for i, a, b in log if a == 1) == [1, 4, 6]  # the best third alone goes on
+    # where the hedge fits, anchors keep it
+    assert halving(scores, budget=2, run=15, anchors=7)[2]["hedge"] == 1
 
 
 def test_the_last_rung_ranks_on_the_score_not_the_loss():

@@ -107,7 +107,8 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         anchors = [at_fastest_lr({k: v for k, v in {**anchor, **a}.items() if k in space}, space) for a in ({}, _DEEP)]
         configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                          reads=lambda option, params: option != "batch_norm" or not params.get("layer_norm"))
-        chosen, (found, out), search = successive_halving(configs, start, schedule, store, f"{name}:tuned")
+        chosen, (found, out), search = successive_halving(configs, start, schedule, store, f"{name}:tuned",
+                                                          anchors=sum(c in anchors for c in configs[:len(anchors)]))
         record.update(run_epochs=schedule.run, first_epochs=schedule.first, eta=schedule.eta, **search, chosen=chosen)
         kept = found[key] > default[key]  # a tie keeps the default: the search must earn its place
         record["default"]["kept"] = not kept

@@ -131,7 +131,8 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
         cand = _configured(config, params, config.epochs)
         return start_one(data, cand, seed, masks, f"{desc} [search {index}: {candidate_name(cand)}]")
 
-    chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress, _measure)
+    chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress, _measure,
+                                             anchors=sum(c in anchors for c in configs[:len(anchors)]))
     res.metrics["auto_search"] = {"budget": config.budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
                                   "eta": schedule.eta, **search, "chosen": {"id": chosen, "params": configs[chosen]}}
     res.metrics["search_epochs"] = search["other_epochs"] + res.metrics["epochs_run"]

@@ -34,7 +34,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from gbpn.errors import GBPNError
@@ -51,7 +51,8 @@ ETA = 3  # keep the best third (rounded up) at each rung
 # Besides the best third by validation loss, each rung but the last passes on the best validation score: after 5
 # epochs the two disagree on the eventual winner (results/published: unfiltered Squirrel's LINKX is first by score
 # and seventh of nine by loss, its loss above the first epoch's as it grows confident; Election's SIGN third by loss
-# and fifth by score), and neither alone keeps both.
+# and fifth by score), and neither alone keeps both. The anchors come before it: where the budget cannot hold an
+# anchor's rungs with the extra survivor planned but can without it, the anchor is admitted and the hedge is off.
 HEDGE = 1
 FIRST_FRACTION = 40  # the first rung trains 1/40 of a run (5 epochs of a 200-epoch run)
 
@@ -115,17 +116,17 @@ class Plan:
     run: int
     final: int
     budget: float
+    hedge: int = HEDGE
 
     def rungs(self, n: int) -> List[Tuple[int, int]]:
         """``(configurations, epoch)`` of each rung for ``n`` admitted configurations: each trains up to ``epoch``.
-        A rung of ``n`` passes on at most ``ceil(n / eta) + 1`` (:data:`HEDGE`); one of at most ``eta + 1`` is the
-        last."""
+        A rung of ``n`` passes on at most ``ceil(n / eta) + hedge``; one of at most ``eta + hedge`` is the last."""
         out, r = [], self.first
         while n > 1 and r < self.run:
             out.append((n, r))
-            if n <= self.eta + HEDGE:
+            if n <= self.eta + self.hedge:
                 break
-            n, r = math.ceil(n / self.eta) + HEDGE, r * self.eta  # never fewer than a third go on
+            n, r = math.ceil(n / self.eta) + self.hedge, r * self.eta  # never fewer than a third go on
         return out
 
     def cost(self, costs: Sequence[float]) -> float:
@@ -246,25 +247,26 @@ def _size(space: Dict[str, Sequence], reads: Callable[[str, Dict], bool], cap: i
 
 def successive_halving(configs: Sequence[Dict], start: Callable[[int, Dict], Session], schedule: Plan,
                        units: Optional[Units] = None, desc: str = "search", progress: bool = False,
-                       measure: Callable = counted) -> Tuple[int, object, Dict]:
-    """Search ``configs`` within ``schedule``'s budget (see the module). ``start(index, params)`` builds a
-    configuration's :class:`~gbpn.train.session.Session` (seeded, untrained); ``measure(fn)`` runs ``fn`` and
-    returns its result and cost (:func:`gbpn.train.cost.counted`). Rankings (:func:`_rank`) read the validation loss
+                       measure: Callable = counted, anchors: int = 0) -> Tuple[int, object, Dict]:
+    """Search ``configs`` within ``schedule``'s budget (see the module), the first ``anchors`` of them before the
+    hedge (:data:`HEDGE`). ``start(index, params)`` builds a configuration's
+    :class:`~gbpn.train.session.Session` (seeded, untrained); ``measure(fn)`` runs ``fn`` and returns its result
+    and cost (:func:`gbpn.train.cost.counted`). Rankings (:func:`_rank`) read the validation loss
     (:attr:`Session.val_loss`) at every rung but the last and :attr:`Session.val` there, never a test score; a
-    configuration that fails
-    (:class:`~gbpn.errors.GBPNError`: diverged) loses. With ``units``, every configuration's first-epoch record
-    and each rung's states are kept there, and a search run again resumes from them.
+    configuration that fails (:class:`~gbpn.errors.GBPNError`: diverged) loses. With ``units``, every
+    configuration's first-epoch record and each rung's states are kept there, and a search run again resumes from
+    them.
 
     Returns the index of the configuration kept, its finished training's result (``Session.finish``) and the
     search's record: ``configurations`` (each one's ``params``, ``cost`` per epoch, whether ``admitted``, and
-    its ``rungs``: epoch, validation score and loss), ``allowance`` (the last rung's), ``planned_cost``,
+    its ``rungs``: epoch, validation score and loss), ``hedge``, ``allowance`` (the last rung's), ``planned_cost``,
     ``spent_cost`` and ``other_epochs`` (what the search trained besides the kept configuration's run), ``run_cost``
     (the kept one's whole training) and ``seconds``."""
     began = time.perf_counter()
     search = _Search(configs, start, schedule, units, desc)
-    search.admit(measure)
+    search.admit(measure, anchors)
     chosen = search.halve()
-    result = search.session(chosen, schedule.final).finish(progress)
+    result = search.session(chosen, search.schedule.final).finish(progress)
     return chosen, result, search.record(chosen, began)
 
 
@@ -295,16 +297,23 @@ class _Search:
             self.sessions[i] = s
         return self.sessions[i]
 
-    def admit(self, measure: Callable) -> None:
+    def admit(self, measure: Callable, anchors: int = 0) -> None:
         """Take the configurations in order, each after its first epoch (which measures its cost), while the rungs
-        planned for those admitted still fit the allowance; the first that does not fit stops the taking."""
+        planned for those admitted still fit the allowance; the first that does not fit stops the taking. One of
+        the first ``anchors`` that fits only without the hedge's extra survivors is taken, and the hedge is off."""
         for i in range(len(self.configs)):
             record = self._first_epoch(i, measure)
             self.records[i]["cost"] = record["cost"]
             if record["cost"] is None:
                 continue
             costs = self.costs() + [record["cost"]]
-            if not self.admitted or self.schedule.cost(costs) <= self.schedule.allowance(costs):
+            unhedged = replace(self.schedule, hedge=0)
+            fit = self.schedule.cost(costs) <= self.schedule.allowance(costs)
+            if not fit and i < anchors and self.schedule.hedge and unhedged.cost(costs) <= unhedged.allowance(costs):
+                logger.info(f"{self.desc}: anchor {i} fits the budget only without the hedge's extra survivors: "
+                            "the rungs pass on the best third by validation loss alone")
+                self.schedule, fit = unhedged, True
+            if not self.admitted or fit:
                 self.admitted.append(i)
                 self.records[i]["admitted"] = True
             else:
@@ -376,7 +385,7 @@ class _Search:
         ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last))
         best = min(alive, key=lambda i: _rank(self.sessions[i], i, last=True))  # on the validation score
         third = set(ranked[:math.ceil(len(alive) / self.schedule.eta)])
-        kept = {best} if last else third | {best} if HEDGE else third
+        kept = {best} if last else third | {best} if self.schedule.hedge else third
         alive = sorted(kept)
         for i in set(ranked) - kept:
             del self.sessions[i]  # a configuration left behind frees its model and precomputed features
@@ -399,7 +408,7 @@ class _Search:
                         f"{describe(self.configs[chosen])}; it trained {self.sessions[chosen].epoch} epochs, the others "
                         f"{runs:.2f} runs of {schedule.run} epochs of it at the counted costs (the budget leaves them "
                         f"{schedule.budget - 1:g})")
-        return {"configurations": records, "admitted": len(self.admitted),
+        return {"configurations": records, "admitted": len(self.admitted), "hedge": schedule.hedge,
                 "allowance": self.allowance, "planned_cost": schedule.cost(costs),
                 "spent_cost": spent, "other_epochs": sum(self.trained[i] for i in others), "run_cost": run_cost,
                 "rungs": [list(r) for r in self.rungs], "seconds": time.perf_counter() - began}
