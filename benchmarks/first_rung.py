@@ -43,10 +43,10 @@ def main() -> None:
     args = ap.parse_args()
     out = {}
 
-    def first_rung_only(configs, start, schedule, units=None, desc="", progress=False, measure=None):
+    def first_rung_only(configs, start, schedule, units=None, desc="", progress=False, measure=None, anchors=0):
         s = search._Search(configs, start, schedule, None, desc)
-        s.admit(measure)
-        s.rungs = schedule.rungs(len(s.admitted))
+        s.admit(measure, anchors)
+        s.rungs = s.schedule.rungs(len(s.admitted))
         epoch = s.rungs[0][1] if s.rungs else 1
         rows = []
         for i in s.admitted:
@@ -59,7 +59,7 @@ def main() -> None:
         by_score = sorted(rows, key=lambda r: -r["val"])
         for r in rows:
             r["rank_loss"], r["rank_score"] = by_loss.index(r) + 1, by_score.index(r) + 1
-        out.update(epoch=epoch, rungs=s.rungs, configurations=rows)
+        out.update(epoch=epoch, rungs=s.rungs, hedge=s.schedule.hedge, configurations=rows)
         raise _FirstRungDone
 
     auto.successive_halving = first_rung_only  # the search's admissions and first rung, nothing after
