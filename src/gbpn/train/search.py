@@ -53,7 +53,7 @@ ETA = 3  # keep the best third (rounded up) at each rung
 # and seventh of nine by loss, its loss above the first epoch's as it grows confident; Election's SIGN third by loss
 # and fifth by score), and neither alone keeps both. The anchors come before it: where the budget cannot hold an
 # anchor's rungs with the extra survivor planned but can without it, the anchor is admitted and the hedge is off.
-HEDGE = 1
+HEDGE = 1  # how many of the best by score go on besides the third
 FIRST_FRACTION = 40  # the first rung trains 1/40 of a run (5 epochs of a 200-epoch run)
 
 # the choices every searched network has (GBPN's encoders and the tuned baselines alike)
@@ -383,9 +383,10 @@ class _Search:
                 self.units.put_torch(f"config{i}-state", {"epoch": epoch, "state": s.state_dict()})
         last = k == len(rungs) - 1
         ranked = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last))
-        best = min(alive, key=lambda i: _rank(self.sessions[i], i, last=True))  # on the validation score
-        third = set(ranked[:math.ceil(len(alive) / self.schedule.eta)])
-        kept = {best} if last else third | {best} if self.schedule.hedge else third
+        by_score = sorted(alive, key=lambda i: _rank(self.sessions[i], i, last=True))
+        best = by_score[0]
+        kept = ({best} if last else
+                set(ranked[:math.ceil(len(alive) / self.schedule.eta)]) | set(by_score[:self.schedule.hedge]))
         alive = sorted(kept)
         for i in set(ranked) - kept:
             del self.sessions[i]  # a configuration left behind frees its model and precomputed features
