@@ -18,11 +18,11 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import gbpn.train.auto as auto
 from gbpn.cli import main as gbpn_main
 from gbpn.train import search
+from gbpn.train.loop import validation_loss
 
 
 class _FirstRungDone(BaseException):  # not an Exception: the CLI reports those as internal errors
@@ -33,7 +33,7 @@ def _prior_loss(session) -> float:
     """Validation cross-entropy of predicting the training labels' class frequencies (add-one smoothed)."""
     y, (train, val, _) = session.selection.y, session.selection.masks
     freq = torch.bincount(y[train], minlength=int(y.max()) + 1).float() + 1
-    return float(F.cross_entropy((freq / freq.sum()).log().expand(int(val.sum()), -1), y[val]))
+    return validation_loss((freq / freq.sum()).log().expand(y.numel(), -1), y, val)
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from gbpn.errors import GBPNError
 from gbpn.models.encoders.gnn import GNNEncoder
 from gbpn.train.config import check_budget, check_space, default_dropout
 from gbpn.train.search import (DEEP, NETWORK_SPACE, SWITCHES, at_fastest_lr, max_configurations, plan, sample,
-                               successive_halving)
+                               leading_anchors, successive_halving)
 from gbpn.train.units import Units
 
 logger = logging.getLogger("gbpn")
@@ -108,7 +108,7 @@ def fit_tuned(name: str, data, masks: Tuple[Tensor, Tensor, Tensor], seed: int =
         configs = sample(space, max_configurations(schedule, len(anchors)), seed, anchors,
                          reads=lambda option, params: option != "batch_norm" or not params.get("layer_norm"))
         chosen, (found, out), search = successive_halving(configs, start, schedule, store, f"{name}:tuned",
-                                                          anchors=sum(c in anchors for c in configs[:len(anchors)]))
+                                                          anchors=leading_anchors(configs, anchors))
         record.update(run_epochs=schedule.run, first_epochs=schedule.first, eta=schedule.eta, **search, chosen=chosen)
         kept = found[key] > default[key]  # a tie keeps the default: the search must earn its place
         record["default"]["kept"] = not kept

@@ -12,7 +12,7 @@ from gbpn.errors import GBPNError
 from gbpn.io import score_or_nan
 from gbpn.train.config import OPTIONS, TrainConfig, check_space
 from gbpn.train.cost import counted
-from gbpn.train.search import (GBPN_SPACE, SEARCH_ANCHORS, applies, at_fastest_lr,
+from gbpn.train.search import (GBPN_SPACE, SEARCH_ANCHORS, applies, at_fastest_lr, leading_anchors,
                                max_configurations, plan, sample, successive_halving)
 from gbpn.train.session import TrialResult
 from gbpn.train.units import Units
@@ -124,15 +124,15 @@ def fit_budgeted(data, config: TrainConfig, seed: int, masks, progress: bool, de
                      reads=lambda name, params: applies(name, params.get("potential", "mlp"), params))
     logger.info(f"{desc}: searching within {config.budget:g} runs of {schedule.run} epochs: up to {len(configs)} "
                 f"configurations, each admitted after its first epoch (which measures its cost) while the planned rungs "
-                f"fit; each rung keeps the best 1/{schedule.eta} by validation loss (rounded up) and the best by score, "
-                f"the first at epoch {schedule.first}")
+                f"fit; each rung keeps the best 1/{schedule.eta} by validation loss (rounded up) and the best by "
+                f"score, the first at epoch {schedule.first}")
 
     def start(index: int, params: Dict):
         cand = _configured(config, params, config.epochs)
         return start_one(data, cand, seed, masks, f"{desc} [search {index}: {candidate_name(cand)}]")
 
     chosen, res, search = successive_halving(configs, start, schedule, units, desc, progress, _measure,
-                                             anchors=sum(c in anchors for c in configs[:len(anchors)]))
+                                             anchors=leading_anchors(configs, anchors))
     res.metrics["auto_search"] = {"budget": config.budget, "run_epochs": schedule.run, "first_epochs": schedule.first,
                                   "eta": schedule.eta, **search, "chosen": {"id": chosen, "params": configs[chosen]}}
     res.metrics["search_epochs"] = search["other_epochs"] + res.metrics["epochs_run"]

@@ -164,6 +164,11 @@ def plan(epochs: int, budget: float, patience: Optional[int] = None, eta: int = 
     return Plan(first or max(1, run // FIRST_FRACTION), eta, run, epochs, budget)
 
 
+def leading_anchors(configs: Sequence[Dict], anchors: Sequence[Dict]) -> int:
+    """How many of ``configs`` (drawn by :func:`sample`, the anchors first) are ``anchors``."""
+    return sum(c in anchors for c in configs[:len(anchors)])
+
+
 def applies(name: str, potential: str, params: Optional[Dict] = None) -> bool:
     """Whether the option ``name`` (a flat name of :class:`~gbpn.train.config.TrainConfig`) acts on the
     ``potential`` encoder, given the options ``params`` drawn before it; options of the BP and the optimiser act
@@ -307,12 +312,13 @@ class _Search:
             if record["cost"] is None:
                 continue
             costs = self.costs() + [record["cost"]]
-            unhedged = replace(self.schedule, hedge=0)
             fit = self.schedule.cost(costs) <= self.schedule.allowance(costs)
-            if not fit and i < anchors and self.schedule.hedge and unhedged.cost(costs) <= unhedged.allowance(costs):
-                logger.info(f"{self.desc}: anchor {i} fits the budget only without the hedge's extra survivors: "
-                            "the rungs pass on the best third by validation loss alone")
-                self.schedule, fit = unhedged, True
+            if not fit and i < anchors and self.schedule.hedge:
+                unhedged = replace(self.schedule, hedge=0)
+                if unhedged.cost(costs) <= unhedged.allowance(costs):
+                    logger.info(f"{self.desc}: anchor {i} fits the budget only without the hedge's extra survivors: "
+                                "the rungs pass on the best third by validation loss alone")
+                    self.schedule, fit = unhedged, True
             if not self.admitted or fit:
                 self.admitted.append(i)
                 self.records[i]["admitted"] = True
