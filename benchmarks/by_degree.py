@@ -1,0 +1,81 @@
+"""Test accuracy and confidence by node degree, for runs trained with ``--save-trials`` (issue 60: why the
+degree-weighted loss costs accuracy under deep GNN potentials).
+
+Reads each run folder's ``predictions/trial_K.csv`` (every node's class probabilities) and the graph its
+``config.json`` names, splits the nodes into degree quantile groups, and prints per group and run: the test
+accuracy and mean probability of the predicted class on the group's test (or validation) nodes (mean ± std over trials). The
+degree weighting is a temperature: the loss reads ``softmax(alpha_i * log p_i)`` with ``alpha_i = d_i^-1/2``, so
+the gradient on a node's log-beliefs is scaled by ``alpha_i`` and its belief must be ``1 / alpha_i`` times as
+sharp to reach the same loss. Printed too: each group's mean alpha, and over the (first trial's) training nodes
+the effective sample size ``(sum a)^2 / sum a^2`` of the alphas, the share of them the gradient effectively sees.
+
+    python benchmarks/by_degree.py --runs runs/repro/dw-sage-on runs/repro/dw-sage-off --groups 4
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from gbpn.data import degree, load_dataset
+
+
+def _trials(run: Path):
+    """``(probabilities [N, c], labels [N], split names [N])`` of each trial the run saved."""
+    for f in sorted((run / "predictions").glob("trial_*.csv"), key=lambda p: int(p.stem.split("_")[1])):
+        with open(f) as fh:
+            rows = list(csv.DictReader(fh))
+        probs = np.array([[float(r[k]) for k in r if k.startswith("p_")] for r in rows])
+        yield probs, np.array([int(r["label"]) for r in rows]), np.array([r["split"] for r in rows])
+
+
+def _mean_std(xs) -> str:
+    xs = [100 * x for x in xs if x == x]
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) if len(xs) > 1 else 0.0:.1f}" if xs else "–"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", nargs="+", required=True, help="gbpn train folders written with --save-trials")
+    p.add_argument("--groups", type=int, default=4, help="degree quantile groups of the nodes")
+    p.add_argument("--split", default="test", choices=["test", "val"], help="the nodes scored (default: test)")
+    args = p.parse_args()
+
+    cfg = json.loads((Path(args.runs[0]) / "config.json").read_text())
+    data = load_dataset(cfg["source"]["dataset"], cfg["source"]["data_dir"], cfg.get("sample", 0))
+    deg = degree(data.edge_index, data.num_nodes).clamp_min(1).numpy()
+    alpha = deg ** -0.5
+    trials = {run: list(_trials(Path(run))) for run in args.runs}
+    if not all(trials.values()):
+        raise SystemExit("a run has no predictions/trial_K.csv: train it with --save-trials")
+    _, _, split = trials[args.runs[0]][0]  # training nodes: the first trial's
+    edges = np.quantile(deg, np.linspace(0, 1, args.groups + 1))
+    group = np.clip(np.searchsorted(edges, deg, side="right") - 1, 0, args.groups - 1)
+
+    train = alpha[split == "train"]
+    print(f"{cfg['source']['dataset']}: training nodes {train.size}, mean alpha {train.mean():.2f}, effective sample "
+          f"size of alpha {train.sum() ** 2 / (train ** 2).sum() / train.size:.0%} of them")
+    print(f"{args.split} nodes:")
+    print("| degree | nodes | mean alpha | " + " | ".join(f"{Path(r).name} accuracy | confidence" for r in args.runs)
+          + " |")
+    print("|---|---|---|" + "---|---|" * len(args.runs))
+    for g in range(args.groups):
+        sel = group == g
+        cells = []
+        for run in args.runs:
+            acc, conf = [], []
+            for probs, y, s in trials[run]:
+                m = sel & (s == args.split)
+                acc.append(float((probs[m].argmax(1) == y[m]).mean()))
+                conf.append(float(probs[m].max(1).mean()))
+            cells += [_mean_std(acc), _mean_std(conf)]
+        print(f"| {edges[g]:.0f}–{edges[g + 1]:.0f} | {sel.sum()} | {alpha[sel].mean():.2f} | " + " | ".join(cells)
+              + " |")
+
+
+if __name__ == "__main__":
+    main()
