@@ -1,5 +1,5 @@
 """Test accuracy and confidence by node degree, for runs trained with ``--save-trials`` (issue 60: why the
-degree-weighted loss costs accuracy under deep GNN potentials).
+degree-weighted loss costs accuracy).
 
 Reads each run folder's ``predictions/trial_K.csv`` (every node's class probabilities) and the graph its
 ``config.json`` names, splits the nodes into degree quantile groups, and prints per group and run: the test
@@ -45,7 +45,10 @@ def main() -> None:
     p.add_argument("--split", default="test", choices=["test", "val"], help="the nodes scored (default: test)")
     args = p.parse_args()
 
-    cfg = json.loads((Path(args.runs[0]) / "config.json").read_text())
+    config = Path(args.runs[0]) / "config.json"
+    cfg = json.loads(config.read_text()) if config.is_file() else {}
+    if "source" not in cfg:
+        raise SystemExit(f"{config} is not a gbpn train run's config: pass folders written by gbpn train --save-trials")
     data = load_dataset(cfg["source"]["dataset"], cfg["source"]["data_dir"], cfg.get("sample", 0))
     deg = degree(data.edge_index, data.num_nodes).clamp_min(1).numpy()
     alpha = deg ** -0.5
