@@ -2,12 +2,13 @@
 degree-weighted loss costs accuracy).
 
 Reads each run folder's ``predictions/trial_K.csv`` (every node's class probabilities) and the graph its
-``config.json`` names, splits the nodes into degree quantile groups, and prints per group and run: the test
-accuracy and mean probability of the predicted class on the group's test (or validation) nodes (mean ± std over trials). The
-degree weighting is a temperature: the loss reads ``softmax(alpha_i * log p_i)`` with ``alpha_i = d_i^-1/2``, so
-the gradient on a node's log-beliefs is scaled by ``alpha_i`` and its belief must be ``1 / alpha_i`` times as
-sharp to reach the same loss. Printed too: each group's mean alpha, and over the (first trial's) training nodes
-the effective sample size ``(sum a)^2 / sum a^2`` of the alphas, the share of them the gradient effectively sees.
+``config.json`` names, splits the nodes into degree quantile groups (``[low, high)``, the last closed), and prints
+per group and run the accuracy and the mean probability of the predicted class on the group's test (or
+validation) nodes, mean ± std over trials. The degree weighting is a temperature: the loss reads
+``softmax(alpha_i * log p_i)`` with ``alpha_i = d_i^-1/2``, so the gradient on a node's log-beliefs is scaled by
+``alpha_i`` and its belief must be ``1 / alpha_i`` times as sharp to reach the same loss. Printed too: each
+group's mean alpha, and over the (first trial's) training nodes the effective sample size ``(sum a)^2 / sum a^2``
+of the alphas, the share of them the gradient effectively sees.
 
     python benchmarks/by_degree.py --runs runs/repro/dw-sage-on runs/repro/dw-sage-off --groups 4
 """
@@ -76,7 +77,8 @@ def main() -> None:
                 acc.append(float((probs[m].argmax(1) == y[m]).mean()))
                 conf.append(float(probs[m].max(1).mean()))
             cells += [_mean_std(acc), _mean_std(conf)]
-        print(f"| {edges[g]:.0f}–{edges[g + 1]:.0f} | {sel.sum()} | {alpha[sel].mean():.2f} | " + " | ".join(cells)
+        bounds = f"[{edges[g]:g}, {edges[g + 1]:g}" + ("]" if g == args.groups - 1 else ")")
+        print(f"| {bounds} | {sel.sum()} | {alpha[sel].mean():.2f} | " + " | ".join(cells)
               + " |")
 
 
