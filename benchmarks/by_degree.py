@@ -15,7 +15,6 @@ of the alphas, the share of them the gradient effectively sees.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 from pathlib import Path
@@ -23,15 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from gbpn.data import degree, load_dataset
+from gbpn.experiments.report import read_predictions
+from gbpn.train.objective import degree_temperature
 
 
 def _trials(run: Path):
-    """``(probabilities [N, c], labels [N], split names [N])`` of each trial the run saved."""
-    for f in sorted((run / "predictions").glob("trial_*.csv"), key=lambda p: int(p.stem.split("_")[1])):
-        with open(f) as fh:
-            rows = list(csv.DictReader(fh))
-        probs = np.array([[float(r[k]) for k in r if k.startswith("p_")] for r in rows])
-        yield probs, np.array([int(r["label"]) for r in rows]), np.array([r["split"] for r in rows])
+    """Each saved trial's predictions (:func:`~gbpn.experiments.report.read_predictions`), in trial order."""
+    files = sorted((run / "predictions").glob("trial_*.csv"), key=lambda p: int(p.stem.split("_")[1]))
+    return [read_predictions(f) for f in files]
 
 
 def _mean_std(xs) -> str:
@@ -51,12 +49,12 @@ def main() -> None:
     if "source" not in cfg:
         raise SystemExit(f"{config} is not a gbpn train run's config: pass folders written by gbpn train --save-trials")
     data = load_dataset(cfg["source"]["dataset"], cfg["source"]["data_dir"], cfg.get("sample", 0))
-    deg = degree(data.edge_index, data.num_nodes).clamp_min(1).numpy()
-    alpha = deg ** -0.5
-    trials = {run: list(_trials(Path(run))) for run in args.runs}
+    deg = degree(data.edge_index, data.num_nodes).numpy()
+    alpha = degree_temperature(data.edge_index, data.num_nodes).numpy()
+    trials = {run: _trials(Path(run)) for run in args.runs}
     if not all(trials.values()):
         raise SystemExit("a run has no predictions/trial_K.csv: train it with --save-trials")
-    _, _, split = trials[args.runs[0]][0]  # training nodes: the first trial's
+    split = trials[args.runs[0]][0]["split"]  # training nodes: the first trial's
     edges = np.quantile(deg, np.linspace(0, 1, args.groups + 1))
     group = np.clip(np.searchsorted(edges, deg, side="right") - 1, 0, args.groups - 1)
 
@@ -72,10 +70,10 @@ def main() -> None:
         cells = []
         for run in args.runs:
             acc, conf = [], []
-            for probs, y, s in trials[run]:
-                m = sel & (s == args.split)
-                acc.append(float((probs[m].argmax(1) == y[m]).mean()))
-                conf.append(float(probs[m].max(1).mean()))
+            for t in trials[run]:
+                m = sel & (t["split"] == args.split)
+                acc.append(float((t["predicted"][m] == t["labels"][m]).mean()))
+                conf.append(float(t["probs"][m].max(1).mean()))
             cells += [_mean_std(acc), _mean_std(conf)]
         bounds = f"[{edges[g]:g}, {edges[g + 1]:g}" + ("]" if g == args.groups - 1 else ")")
         print(f"| {bounds} | {sel.sum()} | {alpha[sel].mean():.2f} | " + " | ".join(cells)

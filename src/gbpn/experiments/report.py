@@ -64,8 +64,8 @@ def format_report(report: Dict) -> str:
 
 
 def read_predictions(path: str | Path) -> Dict[str, np.ndarray]:
-    """A ``predictions.csv`` of ``gbpn predict`` as arrays: ``predicted`` (argmax of the ``p_*`` columns), ``labels``
-    (-1 where empty), ``split``, ``known`` and ``classes`` (from the ``p_*`` column names)."""
+    """A ``predictions.csv`` of ``gbpn predict`` as arrays: ``probs`` (the ``p_*`` columns, ``[N, c]``), ``predicted``
+    (their argmax), ``labels`` (-1 where empty), ``split``, ``known`` and ``classes`` (from the ``p_*`` column names)."""
     try:
         with open(path, newline="") as fh:
             rows = csv.reader(fh)
@@ -77,7 +77,8 @@ def read_predictions(path: str | Path) -> Dict[str, np.ndarray]:
         index = {n: k for k, n in enumerate(classes)}
         index.update({"'" + n: k for k, n in enumerate(classes)})  # a name the CSV writer kept from being a formula
         index[""] = -1
-        return {"predicted": np.asarray([max(probs, key=lambda i: float(r[i])) - probs[0] for r in body], dtype=int),
+        p = np.asarray([[float(r[i]) for i in probs] for r in body], dtype=float).reshape(len(body), len(probs))
+        return {"probs": p, "predicted": p.argmax(1) if body else np.zeros(0, dtype=int),
                 "labels": np.asarray([index[r[cols["label"]]] for r in body], dtype=int),
                 "split": np.asarray([r[cols["split"]] for r in body], dtype=str),
                 "known": np.asarray([r[cols["known"]] == "1" for r in body], dtype=bool), "classes": classes}
