@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     print("| data set | model | budget | n | untuned test | `:tuned` test | tuned − untuned | within half a std | "
           "untuned val | `:tuned` val | default kept | s per `:tuned` run |\n" + "|---" * 12 + "|")
-    misses = 0
+    summary = {}  # budget -> [(difference, within, kept, trials, seconds)]
     for folder in args.grids:
         budget = json.loads((folder / "config.json").read_text())["budget"]
         rows = {(r["dataset"], r["model"], r["trial"]): r for r in read_rows(folder / "rows")}
@@ -45,14 +45,21 @@ def main() -> None:
             t_test, p_test = [_score(r, "test") for r in tuned], [_score(r, "test") for r in plain]
             diff = statistics.mean(t_test) - statistics.mean(p_test)
             ok = diff >= -0.5 * _std(p_test)
-            misses += not ok
             kept = sum(bool(r.get("tuned__default")) for r in tuned)
+            seconds = statistics.median(r["seconds"] for r in tuned)
+            summary.setdefault(budget, []).append((diff, ok, kept, len(trials), seconds))
             print(f"| {ds} | {base} | {budget:g} | {len(trials)} | {statistics.mean(p_test):.1f} ± {_std(p_test):.1f} | "
                   f"{statistics.mean(t_test):.1f} ± {_std(t_test):.1f} | {diff:+.1f} | {'yes' if ok else '**no**'} | "
                   f"{statistics.mean(_score(r, 'val') for r in plain):.1f} | "
                   f"{statistics.mean(_score(r, 'val') for r in tuned):.1f} | {kept}/{len(trials)} | "
-                  f"{statistics.median(r['seconds'] for r in tuned):.0f} |")
-    print(f"\n{misses} row(s) under the untuned model by more than half its standard deviation")
+                  f"{seconds:.0f} |")
+    print("\n| budget | `:tuned` rows | tuned − untuned: lowest / mean / highest | within half a std | default kept "
+          "| s per `:tuned` run (median of the rows') |\n" + "|---" * 6 + "|")
+    for budget, rows in sorted(summary.items()):
+        diffs = [r[0] for r in rows]
+        print(f"| {budget:g} | {len(rows)} | {min(diffs):+.1f} / {statistics.mean(diffs):+.1f} / {max(diffs):+.1f} | "
+              f"{sum(r[1] for r in rows)} of {len(rows)} | {sum(r[2] for r in rows)} of {sum(r[3] for r in rows)} "
+              f"trials | {statistics.median(r[4] for r in rows):.0f} |")
 
 
 if __name__ == "__main__":
