@@ -55,11 +55,11 @@ def main() -> None:
                   f"{seconds:.0f} |")
     print("\n| budget | `:tuned` rows | tuned − untuned: lowest / mean / highest | within half a std | default kept "
           "| s per `:tuned` run (median of the rows') |\n" + "|---" * 6 + "|")
-    for budget, rows in sorted(summary.items()):
-        diffs = [r[0] for r in rows]
-        print(f"| {budget:g} | {len(rows)} | {min(diffs):+.1f} / {statistics.mean(diffs):+.1f} / {max(diffs):+.1f} | "
-              f"{sum(r[1] for r in rows)} of {len(rows)} | {sum(r[2] for r in rows)} of {sum(r[3] for r in rows)} "
-              f"trials | {statistics.median(r[4] for r in rows):.0f} |")
+    for budget, entries in sorted(summary.items()):
+        diffs = [e[0] for e in entries]
+        print(f"| {budget:g} | {len(entries)} | {min(diffs):+.1f} / {statistics.mean(diffs):+.1f} / {max(diffs):+.1f} "
+              f"| {sum(e[1] for e in entries)} of {len(entries)} | {sum(e[2] for e in entries)} of "
+              f"{sum(e[3] for e in entries)} trials | {statistics.median(e[4] for e in entries):.0f} |")
 
 
 if __name__ == "__main__":
